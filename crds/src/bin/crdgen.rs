@@ -1,0 +1,41 @@
+//! Writes the CRD YAML generated from the Rust types into `crds/` (and the chart), or with
+//! `--check` fails when the committed files differ from what the types generate.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let check = std::env::args().any(|a| a == "--check");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut drift = Vec::new();
+    for crd in hcomm_crds::all_crds() {
+        let yaml = match hcomm_crds::crd_yaml(&crd) {
+            Ok(yaml) => yaml,
+            Err(err) => {
+                eprintln!("cannot serialize CRD: {err}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let path = root.join(hcomm_crds::crd_file_name(&crd));
+        let current = std::fs::read_to_string(&path).unwrap_or_default();
+        if current == yaml {
+            continue;
+        }
+        if check {
+            drift.push(path);
+        } else if let Err(err) = std::fs::write(&path, yaml) {
+            eprintln!("cannot write {}: {err}", path.display());
+            return ExitCode::FAILURE;
+        } else {
+            println!("wrote {}", path.display());
+        }
+    }
+    if drift.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        for path in drift {
+            eprintln!("{} is out of date; run `cargo crdgen`", path.display());
+        }
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,326 @@
+//! The desired state of an `HcommGroup`, as users write it.
+//!
+//! Every `///` comment on a field becomes its description in the CRD, so it is what
+//! `kubectl explain hcommgroup.spec` shows: it is written for the people who run clusters.
+//! Bad input is refused by the API server itself, through the schema (types, enums, ranges)
+//! and CEL rules whose messages name the field and the rule.
+
+// kube's `printcolumn(...)` repeats `type_ = ...`; clippy mistakes that for a duplicate.
+#![allow(clippy::duplicated_attributes)]
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::HcommGroupStatus;
+
+/// An elastic pool of inference workers (members) that share one collective-communication
+/// domain. hcomm places members on nodes, gives them ranks and devices, verifies their
+/// network, syncs their weights, and grows or shrinks the domain without stopping the
+/// members that serve.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "hcomm.io",
+    version = "v1alpha1",
+    kind = "HcommGroup",
+    plural = "hcommgroups",
+    shortname = "hcg",
+    category = "hcomm",
+    namespaced,
+    status = "HcommGroupStatus",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(name = "Role", type_ = "string", json_path = ".spec.role"),
+    printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Epoch", type_ = "integer", json_path = ".status.epoch"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = Rule::new("!has(self.maxReplicas) || self.maxReplicas >= self.replicas").message("maxReplicas must be greater than or equal to replicas").field_path(".maxReplicas"))]
+#[x_kube(validation = Rule::new("has(self.template.spec) && size(self.template.spec.containers) > 0").message("template.spec.containers must list at least one container (the inference worker)").field_path(".template"))]
+#[x_kube(validation = Rule::new("self.subgroups.all(g, g.scope != 'Member' || !has(g.size) || self.devicesPerMember % g.size == 0)").message("a subgroup with scope Member must have a size that divides devicesPerMember").field_path(".subgroups"))]
+#[serde(rename_all = "camelCase")]
+pub struct HcommGroupSpec {
+    /// Number of members (worker Pods) the group should have. Each member holds
+    /// `devicesPerMember` ranks. `kubectl scale`, a HorizontalPodAutoscaler or KEDA change
+    /// this field through the scale subresource. Zero is allowed and parks the group.
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
+
+    /// Upper bound for `replicas`; an autoscaler asking for more is refused. Unset means no
+    /// bound beyond the cluster's capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_replicas: Option<i32>,
+
+    /// What the pool does in disaggregated serving: `prefill`, `decode` or `generic`. It is
+    /// copied to the `hcomm.io/role` label of every member so routers can select on it.
+    #[serde(default)]
+    pub role: Role,
+
+    /// NPUs (or CPU ranks) per member: 1, 2, 4, 8 or 16. Member `i` holds ranks
+    /// `i × devicesPerMember … (i+1) × devicesPerMember − 1`, as in HCCL rank tables.
+    #[serde(default = "default_devices_per_member")]
+    #[x_kube(validation = Rule::new("self in [1, 2, 4, 8, 16]").message("devicesPerMember must be one of 1, 2, 4, 8, 16"))]
+    pub devices_per_member: i32,
+
+    /// The worker Pod template. hcomm adds labels, the `hcomm.io/member-ready` readiness
+    /// gate, the rank-table volume and the rank environment (`RANK_TABLE_FILE`,
+    /// `ASCEND_VISIBLE_DEVICES`, `HCCL_SOCKET_IFNAME`, `RANK_ID`, `RANK_SIZE`) to it.
+    pub template: PodTemplateSpec,
+
+    /// How members talk to each other.
+    #[serde(default)]
+    pub comm: CommSpec,
+
+    /// The model weights every member must hold before it receives traffic. New members
+    /// get them from members that already hold them, verified chunk by chunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<WeightsSpec>,
+
+    /// How membership changes.
+    #[serde(default)]
+    pub scaling: ScalingSpec,
+
+    /// Communication subgroups carved from the group's domain, e.g. tensor parallel inside
+    /// each member (scope `Member`) or data/expert parallel across members (scope `Group`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub subgroups: Vec<SubgroupSpec>,
+}
+
+fn default_devices_per_member() -> i32 {
+    1
+}
+
+/// The role of a pool in disaggregated (prefill/decode) serving.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Processes prompts and produces the KV cache.
+    Prefill,
+    /// Generates tokens from a KV cache.
+    Decode,
+    /// Does both, or something else.
+    #[default]
+    Generic,
+}
+
+impl Role {
+    /// The label value for this role.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Prefill => "prefill",
+            Self::Decode => "decode",
+            Self::Generic => "generic",
+        }
+    }
+}
+
+/// The communication settings of the group's domain.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CommSpec {
+    /// The collective backend: `hccl` on Ascend NPUs, `tcp` on CPU nodes and in tests.
+    #[serde(default)]
+    pub backend: Backend,
+
+    /// Which network interface carries collective traffic, in the syntax of
+    /// `HCCL_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME`: a comma-separated list of interface name
+    /// prefixes (`eth,ens`), `=` before the list for exact names (`=eth0`), `^` to exclude
+    /// (`^lo,docker`). Unset: the agent picks the interface that holds the node's data
+    /// address (see the manual), never a loopback or container bridge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    #[x_kube(validation = Rule::new(r"self.matches('^\\^?=?[A-Za-z0-9_.@-]{1,15}(,[A-Za-z0-9_.@-]{1,15})*$')").message("socketIfname must be a comma-separated list of interface names or prefixes (each 1-15 of A-Z a-z 0-9 _ . @ -), optionally starting with ^ to exclude and/or = for exact names, e.g. 'eth0', '^lo,docker', '=ens3f0'"))]
+    pub socket_ifname: Option<String>,
+
+    /// How long to wait for a connection to a peer before the member is reported
+    /// unreachable (seconds, 1–600).
+    #[serde(default = "default_connect_timeout_seconds")]
+    #[schemars(range(min = 1, max = 600))]
+    pub connect_timeout_seconds: i32,
+
+    /// How long one collective may take before it fails with a timeout naming the peer it
+    /// waited for (seconds, 1–3600).
+    #[serde(default = "default_op_timeout_seconds")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub op_timeout_seconds: i32,
+
+    /// The all-reduce algorithm: `auto` picks by message size and group size; `ring` is
+    /// bandwidth-optimal for large messages; `tree` is latency-optimal for small ones.
+    #[serde(default)]
+    pub algorithm: Algorithm,
+
+    /// Upper bound on the TCP connections one rank opens to its peers (tcp backend).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 4096))]
+    pub max_connections: Option<i32>,
+}
+
+impl Default for CommSpec {
+    fn default() -> Self {
+        Self {
+            backend: Backend::default(),
+            socket_ifname: None,
+            connect_timeout_seconds: default_connect_timeout_seconds(),
+            op_timeout_seconds: default_op_timeout_seconds(),
+            algorithm: Algorithm::default(),
+            max_connections: None,
+        }
+    }
+}
+
+fn default_connect_timeout_seconds() -> i32 {
+    30
+}
+
+fn default_op_timeout_seconds() -> i32 {
+    120
+}
+
+/// The collective-communication backend.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// Huawei HCCL on Ascend NPUs (needs the CANN runtime on the node).
+    #[default]
+    Hccl,
+    /// hcomm's portable TCP engine (CPU nodes, tests).
+    Tcp,
+}
+
+/// The all-reduce algorithm.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Algorithm {
+    /// Chosen per call from the message size and the group size.
+    #[default]
+    Auto,
+    /// Ring: reduce-scatter then all-gather; best for large messages.
+    Ring,
+    /// Tree / recursive halving-doubling; best for small messages.
+    Tree,
+}
+
+/// The model weights the members serve.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WeightsSpec {
+    /// Where the first members load the weights from: a directory path visible on the node
+    /// or an `http(s)://` URL. Later members copy them from members that hold them.
+    #[schemars(length(min = 1, max = 4096))]
+    pub source: String,
+
+    /// A human version label (e.g. `llama3-70b-2026-10`). Changing it rolls the group to the
+    /// new weights, one member at a time.
+    #[schemars(length(min = 1, max = 253))]
+    pub version: String,
+
+    /// The digest of the weights manifest, `sha256:` followed by 64 lowercase hex digits.
+    /// Every chunk a member receives is checked against this manifest.
+    #[x_kube(validation = Rule::new("self.matches('^sha256:[0-9a-f]{64}$')").message("digest must be 'sha256:' followed by 64 lowercase hex digits"))]
+    #[schemars(length(max = 71))]
+    pub digest: String,
+}
+
+/// How membership changes.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScalingSpec {
+    /// `Incremental` (default): members join and leave at a new epoch while the others keep
+    /// serving. `Rebuild`: tear the whole domain down and build it again (the classic way;
+    /// every member stops serving during the change).
+    #[serde(default)]
+    pub strategy: ScalingStrategy,
+
+    /// How long a draining member may take to finish its requests in flight before it is
+    /// removed anyway (seconds, 1–86400). A timed-out drain is recorded as an Event and on
+    /// the `Degraded` condition.
+    #[serde(default = "default_drain_timeout_seconds")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub drain_timeout_seconds: i32,
+
+    /// How many members may be joining (verifying, syncing weights, joining) at once.
+    #[serde(default = "default_max_joining")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub max_joining: i32,
+
+    /// How many members may be draining or otherwise not serving at once during a scale-in
+    /// or a rolling change.
+    #[serde(default = "default_max_unavailable")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub max_unavailable: i32,
+}
+
+impl Default for ScalingSpec {
+    fn default() -> Self {
+        Self {
+            strategy: ScalingStrategy::default(),
+            drain_timeout_seconds: default_drain_timeout_seconds(),
+            max_joining: default_max_joining(),
+            max_unavailable: default_max_unavailable(),
+        }
+    }
+}
+
+fn default_drain_timeout_seconds() -> i32 {
+    300
+}
+
+fn default_max_joining() -> i32 {
+    4
+}
+
+fn default_max_unavailable() -> i32 {
+    1
+}
+
+/// The scaling strategy.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ScalingStrategy {
+    /// Grow and shrink the domain in place, make-before-break.
+    #[default]
+    Incremental,
+    /// Full teardown and rebuild on every membership change.
+    Rebuild,
+}
+
+/// A communication subgroup carved from the group's domain.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SubgroupSpec {
+    /// The subgroup's name, e.g. `tp` or `dp` (a DNS label).
+    #[schemars(length(min = 1, max = 63))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("subgroup name must be a DNS label: lowercase letters, digits and '-'"))]
+    pub name: String,
+
+    /// `Member`: ranks of one member form the subgroup (tensor parallel; never spans
+    /// nodes). `Group`: ranks with the same local index across members form it (data or
+    /// expert parallel).
+    pub scope: SubgroupScope,
+
+    /// Ranks per subgroup. For scope `Member` it must divide `devicesPerMember`
+    /// (default: all of the member's ranks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 16))]
+    pub size: Option<i32>,
+}
+
+/// Where a subgroup's ranks come from.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SubgroupScope {
+    /// Inside one member (tensor parallel).
+    Member,
+    /// Across members (data / expert parallel).
+    Group,
+}
