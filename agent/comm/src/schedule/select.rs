@@ -1,0 +1,54 @@
+//! `Algorithm::Auto`: picks ring or tree by message size and world size. The thresholds are
+//! the crossovers measured on loopback (agent/comm/README.md, "Crossover"); below them the
+//! tree's ⌈log2 n⌉ rounds beat the ring's 2(n−1) steps, above them the ring's bandwidth wins.
+
+use crate::api::Algorithm;
+
+/// All-reduce: largest message (bytes) for which the tree is chosen at world size `n`.
+pub fn all_reduce_tree_max(n: usize) -> usize {
+    match n {
+        // At n = 2 both move the same bytes; the single exchange has fewer steps and copies
+        // but no pipelining and a whole-message receive buffer, so it stops at 4 MiB.
+        0..=2 => 4 << 20,
+        3 => 1 << 20,
+        4 => 512 << 10,
+        _ => 256 << 10,
+    }
+}
+
+/// Broadcast/reduce: largest message for which the binomial tree beats the chain.
+pub fn rooted_tree_max(n: usize) -> usize {
+    if n <= 2 { 0 } else { 64 << 10 }
+}
+
+/// Resolves `Auto` for an all-reduce of `bytes` over `n` ranks.
+pub fn all_reduce(algo: Algorithm, bytes: usize, n: usize) -> Algorithm {
+    match algo {
+        Algorithm::Auto if bytes <= all_reduce_tree_max(n) => Algorithm::Tree,
+        Algorithm::Auto => Algorithm::Ring,
+        a => a,
+    }
+}
+
+/// Resolves `Auto` for a broadcast or reduce of `bytes` over `n` ranks.
+pub fn rooted(algo: Algorithm, bytes: usize, n: usize) -> Algorithm {
+    match algo {
+        Algorithm::Auto if bytes <= rooted_tree_max(n) => Algorithm::Tree,
+        Algorithm::Auto => Algorithm::Ring,
+        a => a,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_picks_tree_for_small_and_ring_for_large_messages() {
+        assert_eq!(all_reduce(Algorithm::Auto, 4096, 8), Algorithm::Tree);
+        assert_eq!(all_reduce(Algorithm::Auto, 64 << 20, 8), Algorithm::Ring);
+        assert_eq!(all_reduce(Algorithm::Ring, 8, 8), Algorithm::Ring);
+        assert_eq!(all_reduce(Algorithm::Tree, 1 << 30, 8), Algorithm::Tree);
+        assert_eq!(rooted(Algorithm::Auto, 1 << 20, 4), Algorithm::Ring);
+    }
+}

@@ -1,0 +1,173 @@
+//! Ring executors: all-reduce (reduce-scatter + all-gather), reduce-scatter, all-gather.
+
+use std::ops::Range;
+
+use futures::future::try_join;
+use tokio::sync::mpsc;
+
+use super::{bytes, forward};
+use crate::api::{CommError, DataType, ReduceOp};
+use crate::reduce::reduce_into;
+use crate::schedule::ring::{ag_blocks, left, right, rs_blocks};
+use crate::schedule::{segments, split_even};
+use crate::tcp::op::Op;
+
+/// Ring all-reduce: reduce-scatter then all-gather, segmented and pipelined.
+pub async fn ring_all_reduce(
+    op: &Op<'_>,
+    buf: &mut [u8],
+    dtype: DataType,
+    rop: ReduceOp,
+    seg_bytes: usize,
+) -> Result<(), CommError> {
+    let (n, r, es) = (op.world(), op.rank(), dtype.size());
+    if n == 1 || buf.is_empty() {
+        return Ok(());
+    }
+    let seg_elems = (seg_bytes / es).max(1);
+    let segs: Vec<Vec<Range<usize>>> = split_even(buf.len() / es, n)
+        .into_iter()
+        .map(|b| segments(b, seg_elems))
+        .collect();
+    let (tx, rx) = mpsc::unbounded_channel();
+    for s in &segs[rs_blocks(r, 0, n).0] {
+        if !s.is_empty() {
+            let _ = tx.send(op.copy_of(&buf[bytes(s, es)]));
+        }
+    }
+    let receiver = async move {
+        let from = left(r, n);
+        for step in 0..n - 1 {
+            let last = step == n - 2;
+            for s in segs[rs_blocks(r, step, n).1]
+                .iter()
+                .filter(|s| !s.is_empty())
+            {
+                let dst = &mut buf[bytes(s, es)];
+                let mut m = op.recv_exact(from, dst.len()).await?;
+                if last {
+                    // Block r is final: keep it and start the all-gather with it.
+                    reduce_into(dtype, rop, dst, &m);
+                    m.copy_from_slice(dst);
+                } else {
+                    reduce_into(dtype, rop, &mut m, dst);
+                }
+                let _ = tx.send(m);
+            }
+        }
+        for step in 0..n - 1 {
+            for s in segs[ag_blocks(r, step, n).1]
+                .iter()
+                .filter(|s| !s.is_empty())
+            {
+                let dst = &mut buf[bytes(s, es)];
+                let m = op.recv_exact(from, dst.len()).await?;
+                dst.copy_from_slice(&m);
+                if step < n - 2 {
+                    let _ = tx.send(m);
+                } else {
+                    op.recycle(m);
+                }
+            }
+        }
+        Ok::<_, CommError>(())
+    };
+    try_join(forward(op, right(r, n), rx), receiver).await?;
+    Ok(())
+}
+
+/// Ring reduce-scatter: `send` holds n blocks of `recv.len()` bytes; rank r gets block r.
+pub async fn ring_reduce_scatter(
+    op: &Op<'_>,
+    send: &[u8],
+    recv: &mut [u8],
+    dtype: DataType,
+    rop: ReduceOp,
+    seg_bytes: usize,
+) -> Result<(), CommError> {
+    let (n, r, es) = (op.world(), op.rank(), dtype.size());
+    let m = recv.len();
+    if n == 1 || m == 0 {
+        recv.copy_from_slice(&send[..m]);
+        return Ok(());
+    }
+    let segs = segments(0..m / es, (seg_bytes / es).max(1));
+    let block = move |b: usize, s: &Range<usize>| {
+        let s = bytes(s, es);
+        b * m + s.start..b * m + s.end
+    };
+    let (tx, rx) = mpsc::unbounded_channel();
+    let first = rs_blocks(r, 0, n).0;
+    let receiver = async move {
+        let from = left(r, n);
+        for step in 0..n - 1 {
+            let b = rs_blocks(r, step, n).1;
+            for s in &segs {
+                let mine = &send[block(b, s)];
+                let mut msg = op.recv_exact(from, mine.len()).await?;
+                if step == n - 2 {
+                    let out = &mut recv[bytes(s, es)];
+                    out.copy_from_slice(mine);
+                    reduce_into(dtype, rop, out, &msg);
+                    op.recycle(msg);
+                } else {
+                    reduce_into(dtype, rop, &mut msg, mine);
+                    let _ = tx.send(msg);
+                }
+            }
+        }
+        Ok::<_, CommError>(())
+    };
+    let sender = async {
+        let to = right(r, n);
+        for s in &segments(0..m / es, (seg_bytes / es).max(1)) {
+            op.send(to, &send[block(first, s)]).await?;
+        }
+        forward(op, to, rx).await
+    };
+    try_join(sender, receiver).await?;
+    Ok(())
+}
+
+/// Ring all-gather: rank r's `send` lands at block r of every `recv`.
+pub async fn ring_all_gather(
+    op: &Op<'_>,
+    send: &[u8],
+    recv: &mut [u8],
+    seg_bytes: usize,
+) -> Result<(), CommError> {
+    let (n, r, m) = (op.world(), op.rank(), send.len());
+    recv[r * m..(r + 1) * m].copy_from_slice(send);
+    if n == 1 || m == 0 {
+        return Ok(());
+    }
+    let segs = segments(0..m, seg_bytes);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let receiver = async {
+        let from = left(r, n);
+        for step in 0..n - 1 {
+            let b = ag_blocks(r, step, n).1;
+            for s in &segs {
+                let dst = &mut recv[b * m + s.start..b * m + s.end];
+                let msg = op.recv_exact(from, dst.len()).await?;
+                dst.copy_from_slice(&msg);
+                if step < n - 2 {
+                    let _ = tx.send(msg);
+                } else {
+                    op.recycle(msg);
+                }
+            }
+        }
+        drop(tx);
+        Ok::<_, CommError>(())
+    };
+    let sender = async {
+        let to = right(r, n);
+        for s in &segs {
+            op.send(to, &send[s.clone()]).await?;
+        }
+        forward(op, to, rx).await
+    };
+    try_join(sender, receiver).await?;
+    Ok(())
+}

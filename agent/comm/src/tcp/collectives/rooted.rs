@@ -1,0 +1,177 @@
+//! Latency-optimal and rooted executors: recursive-doubling all-reduce, chain and binomial
+//! broadcast and reduce.
+
+use std::ops::Range;
+
+use futures::future::try_join;
+use tokio::sync::mpsc;
+
+use super::{bytes, forward};
+use crate::api::{CommError, DataType, ReduceOp};
+use crate::reduce::reduce_into;
+use crate::schedule::broadcast::{binomial, chain};
+use crate::schedule::segments;
+use crate::schedule::tree::{Role, recursive_doubling};
+use crate::tcp::op::Op;
+
+/// Recursive doubling all-reduce (latency-optimal, full buffer per round).
+pub async fn tree_all_reduce(
+    op: &Op<'_>,
+    buf: &mut [u8],
+    dtype: DataType,
+    rop: ReduceOp,
+) -> Result<(), CommError> {
+    let (n, r, len) = (op.world(), op.rank(), buf.len());
+    if n == 1 {
+        return Ok(());
+    }
+    match recursive_doubling(n, r) {
+        Role::Folded { proxy } => {
+            op.send(proxy, buf).await?;
+            op.recv_into(proxy, buf).await
+        }
+        Role::Active { folded, partners } => {
+            if let Some(f) = folded {
+                let m = op.recv_vec(f, len).await?;
+                reduce_into(dtype, rop, buf, &m);
+            }
+            for q in partners {
+                let (_, m) = try_join(op.send(q, buf), op.recv_vec(q, len)).await?;
+                reduce_into(dtype, rop, buf, &m);
+                op.recycle(m);
+            }
+            if let Some(f) = folded {
+                op.send(f, buf).await?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Pipelined chain broadcast: time ≈ size ÷ bandwidth + one segment per hop.
+pub async fn chain_broadcast(
+    op: &Op<'_>,
+    buf: &mut [u8],
+    root: usize,
+    seg_bytes: usize,
+) -> Result<(), CommError> {
+    let (n, r) = (op.world(), op.rank());
+    let segs = segments(0..buf.len(), seg_bytes);
+    match chain(n, root, r) {
+        (None, None) => Ok(()),
+        (None, Some(next)) => {
+            for s in segs {
+                op.send(next, &buf[s]).await?;
+            }
+            Ok(())
+        }
+        (Some(prev), None) => {
+            for s in segs {
+                let m = op.recv_exact(prev, s.len()).await?;
+                buf[s].copy_from_slice(&m);
+                op.recycle(m);
+            }
+            Ok(())
+        }
+        (Some(prev), Some(next)) => {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let receiver = async move {
+                for s in segs {
+                    let m = op.recv_exact(prev, s.len()).await?;
+                    buf[s].copy_from_slice(&m);
+                    let _ = tx.send(m);
+                }
+                Ok::<_, CommError>(())
+            };
+            try_join(forward(op, next, rx), receiver).await?;
+            Ok(())
+        }
+    }
+}
+
+/// Binomial-tree broadcast (small messages).
+pub async fn tree_broadcast(op: &Op<'_>, buf: &mut [u8], root: usize) -> Result<(), CommError> {
+    let (parent, children) = binomial(op.world(), root, op.rank());
+    if let Some(p) = parent {
+        op.recv_into(p, buf).await?;
+    }
+    for c in children {
+        op.send(c, buf).await?;
+    }
+    Ok(())
+}
+
+/// Pipelined chain reduce toward `root`; non-root buffers are only read.
+pub async fn chain_reduce(
+    op: &Op<'_>,
+    buf: &mut [u8],
+    dtype: DataType,
+    rop: ReduceOp,
+    root: usize,
+    seg_bytes: usize,
+) -> Result<(), CommError> {
+    let (n, r, es) = (op.world(), op.rank(), dtype.size());
+    let segs: Vec<Range<usize>> = segments(0..buf.len() / es, (seg_bytes / es).max(1))
+        .iter()
+        .map(|s| bytes(s, es))
+        .collect();
+    // Data flows away from the chain's tail toward the root.
+    let (toward, from) = chain(n, root, r);
+    match (from, toward) {
+        (None, None) => Ok(()),
+        (None, Some(t)) => {
+            for s in segs {
+                op.send(t, &buf[s]).await?;
+            }
+            Ok(())
+        }
+        (Some(f), None) => {
+            for s in segs {
+                let m = op.recv_exact(f, s.len()).await?;
+                reduce_into(dtype, rop, &mut buf[s], &m);
+                op.recycle(m);
+            }
+            Ok(())
+        }
+        (Some(f), Some(t)) => {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let mine: &[u8] = buf;
+            let receiver = async move {
+                for s in segs {
+                    let mut m = op.recv_exact(f, s.len()).await?;
+                    reduce_into(dtype, rop, &mut m, &mine[s]);
+                    let _ = tx.send(m);
+                }
+                Ok::<_, CommError>(())
+            };
+            try_join(forward(op, t, rx), receiver).await?;
+            Ok(())
+        }
+    }
+}
+
+/// Binomial-tree reduce (small messages); non-root buffers are left unchanged.
+pub async fn tree_reduce(
+    op: &Op<'_>,
+    buf: &mut [u8],
+    dtype: DataType,
+    rop: ReduceOp,
+    root: usize,
+) -> Result<(), CommError> {
+    let (parent, children) = binomial(op.world(), root, op.rank());
+    let len = buf.len();
+    let mut own: Option<Vec<u8>> = None;
+    for c in children.iter().rev() {
+        let m = op.recv_vec(*c, len).await?;
+        let acc: &mut [u8] = if parent.is_none() {
+            buf
+        } else {
+            own.get_or_insert_with(|| buf.to_vec())
+        };
+        reduce_into(dtype, rop, acc, &m);
+    }
+    if let Some(p) = parent {
+        op.send(p, own.as_deref().unwrap_or(buf)).await?;
+    }
+    Ok(())
+}

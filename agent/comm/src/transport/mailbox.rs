@@ -1,0 +1,296 @@
+//! Demultiplexing of received data frames. Each connection's reader task pushes payloads
+//! keyed by (peer endpoint, communicator id, tag); collectives pop them in order with a
+//! deadline. A dead peer or an aborted communicator wakes every waiter with the reason, so
+//! nothing waits longer than it must.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// (peer endpoint id, communicator id, tag).
+pub type Key = (u64, u64, u64);
+
+/// One received data frame.
+#[derive(Debug)]
+pub struct Msg {
+    pub epoch: u64,
+    pub data: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PopError {
+    Timeout,
+    /// The link to the peer is gone; the reason says how.
+    PeerDead(String),
+    /// A peer aborted the communicator (the first notice received).
+    Aborted(Notice),
+}
+
+/// An abort notice from a peer: who sent it, whom it blames (endpoint ids), why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub from: u64,
+    pub blame: Option<u64>,
+    pub reason: String,
+}
+
+#[derive(Default)]
+struct Slot {
+    queue: VecDeque<Msg>,
+    notify: Arc<Notify>,
+    waiters: usize,
+}
+
+#[derive(Default)]
+struct State {
+    slots: HashMap<Key, Slot>,
+    dead: HashMap<u64, String>,
+    /// Per communicator, every abort notice: (from endpoint, blamed endpoint, reason).
+    aborted: HashMap<u64, Vec<Notice>>,
+}
+
+#[derive(Default)]
+pub struct Mailbox {
+    state: Mutex<State>,
+    /// Recycled receive buffers: large fresh allocations cost page faults on every frame.
+    pool: Mutex<Vec<Vec<u8>>>,
+}
+
+/// Buffers below this size are not worth pooling.
+const POOL_MIN: usize = 64 << 10;
+const POOL_MAX_BUFFERS: usize = 32;
+
+impl Mailbox {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave the maps inconsistent (each update is
+        // a single insert/remove), so recover from poisoning instead of propagating it.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An empty buffer with room for `len` bytes, reused when one fits.
+    pub fn buffer(&self, len: usize) -> Vec<u8> {
+        if len >= POOL_MIN {
+            let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(i) = pool
+                .iter()
+                .position(|v| v.capacity() >= len && v.capacity() <= 2 * len)
+            {
+                let mut v = pool.swap_remove(i);
+                v.clear();
+                return v;
+            }
+        }
+        Vec::with_capacity(len)
+    }
+
+    /// Returns a buffer for reuse by [`Mailbox::buffer`].
+    pub fn recycle(&self, v: Vec<u8>) {
+        if v.capacity() >= POOL_MIN {
+            let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+            if pool.len() < POOL_MAX_BUFFERS {
+                pool.push(v);
+            }
+        }
+    }
+
+    pub fn push(&self, key: Key, msg: Msg) {
+        let mut st = self.lock();
+        let slot = st.slots.entry(key).or_default();
+        slot.queue.push_back(msg);
+        slot.notify.notify_one();
+    }
+
+    /// Marks a peer endpoint dead and wakes everyone waiting on it.
+    pub fn peer_dead(&self, peer: u64, reason: String) {
+        let mut st = self.lock();
+        st.dead.insert(peer, reason);
+        for (k, slot) in &st.slots {
+            if k.0 == peer {
+                slot.notify.notify_one();
+            }
+        }
+    }
+
+    /// A peer (endpoint `from`) aborted communicator `ctx`: wake every waiter of that ctx.
+    pub fn abort_ctx(&self, ctx: u64, notice: Notice) {
+        let mut st = self.lock();
+        let list = st.aborted.entry(ctx).or_default();
+        if list.len() < 64 {
+            list.push(notice);
+        }
+        for (k, slot) in &st.slots {
+            if k.1 == ctx {
+                slot.notify.notify_one();
+            }
+        }
+    }
+
+    /// A new link to `peer` exists: its earlier death no longer applies.
+    pub fn revive(&self, peer: u64) {
+        self.lock().dead.remove(&peer);
+    }
+
+    pub fn is_dead(&self, peer: u64) -> bool {
+        self.lock().dead.contains_key(&peer)
+    }
+
+    /// Abort notices received for a communicator.
+    pub fn notices(&self, ctx: u64) -> Vec<Notice> {
+        self.lock().aborted.get(&ctx).cloned().unwrap_or_default()
+    }
+
+    /// Forgets everything queued for a communicator (when it is dropped).
+    pub fn forget_ctx(&self, ctx: u64) {
+        let mut st = self.lock();
+        st.slots.retain(|k, s| k.1 != ctx || s.waiters > 0);
+        st.aborted.remove(&ctx);
+    }
+
+    /// Next message for `key`, waiting until `deadline`. Data that arrived before a failure
+    /// is still delivered first.
+    pub async fn pop(&self, key: Key, deadline: Instant) -> Result<Msg, PopError> {
+        loop {
+            let notify = {
+                let mut st = self.lock();
+                if let Some(slot) = st.slots.get_mut(&key)
+                    && let Some(m) = slot.queue.pop_front()
+                {
+                    if slot.queue.is_empty() && slot.waiters == 0 {
+                        st.slots.remove(&key);
+                    }
+                    return Ok(m);
+                }
+                if let Some(reason) = st.dead.get(&key.0) {
+                    return Err(PopError::PeerDead(reason.clone()));
+                }
+                if let Some(n) = st.aborted.get(&key.1).and_then(|l| l.first()) {
+                    return Err(PopError::Aborted(n.clone()));
+                }
+                let slot = st.slots.entry(key).or_default();
+                slot.waiters += 1;
+                slot.notify.clone()
+            };
+            // Unregisters the waiter even if this future is dropped mid-wait.
+            let waiting = Waiting { mailbox: self, key };
+            let woke = tokio::time::timeout_at(deadline, notify.notified()).await;
+            drop(waiting);
+            if woke.is_err() {
+                // One last look: a message may have raced the deadline.
+                let mut st = self.lock();
+                if let Some(slot) = st.slots.get_mut(&key)
+                    && let Some(m) = slot.queue.pop_front()
+                {
+                    return Ok(m);
+                }
+                return Err(PopError::Timeout);
+            }
+        }
+    }
+
+    #[cfg(test)]
+    pub fn slot_count(&self) -> usize {
+        self.lock().slots.len()
+    }
+}
+
+struct Waiting<'a> {
+    mailbox: &'a Mailbox,
+    key: Key,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut st = self.mailbox.lock();
+        if let Some(slot) = st.slots.get_mut(&self.key) {
+            slot.waiters -= 1;
+            if slot.queue.is_empty() && slot.waiters == 0 {
+                st.slots.remove(&self.key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(2)
+    }
+
+    #[tokio::test]
+    async fn messages_arrive_in_order_and_slots_are_freed() {
+        let mb = Mailbox::default();
+        for i in 0..3u8 {
+            mb.push(
+                (1, 2, 3),
+                Msg {
+                    epoch: 0,
+                    data: vec![i],
+                },
+            );
+        }
+        for i in 0..3u8 {
+            assert_eq!(mb.pop((1, 2, 3), soon()).await.unwrap().data, vec![i]);
+        }
+        assert_eq!(mb.slot_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_is_woken_by_a_later_push() {
+        let mb = Arc::new(Mailbox::default());
+        let m2 = mb.clone();
+        let h = tokio::spawn(async move { m2.pop((1, 1, 1), soon()).await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        mb.push(
+            (1, 1, 1),
+            Msg {
+                epoch: 5,
+                data: vec![9],
+            },
+        );
+        assert_eq!(h.await.unwrap().unwrap().epoch, 5);
+        assert_eq!(mb.slot_count(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_times_out_at_its_deadline() {
+        let mb = Mailbox::default();
+        let r = mb
+            .pop((1, 1, 1), Instant::now() + Duration::from_secs(1))
+            .await;
+        assert_eq!(r.unwrap_err(), PopError::Timeout);
+    }
+
+    #[tokio::test]
+    async fn death_of_a_peer_wakes_its_waiters_but_not_others() {
+        let mb = Arc::new(Mailbox::default());
+        let m2 = mb.clone();
+        let h = tokio::spawn(async move { m2.pop((7, 1, 1), soon()).await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        mb.peer_dead(7, "eof".into());
+        assert_eq!(
+            h.await.unwrap().unwrap_err(),
+            PopError::PeerDead("eof".into())
+        );
+        mb.abort_ctx(
+            1,
+            Notice {
+                from: 8,
+                blame: None,
+                reason: "boom".into(),
+            },
+        );
+        assert_eq!(
+            mb.pop((9, 1, 2), soon()).await.unwrap_err(),
+            PopError::Aborted(Notice {
+                from: 8,
+                blame: None,
+                reason: "boom".into()
+            })
+        );
+    }
+}

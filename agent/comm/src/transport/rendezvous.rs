@@ -1,0 +1,223 @@
+//! Rendezvous: ranks register with the endpoint named in the [`RootInfo`] and get back the
+//! rank table once all `world` ranks of that (session id, epoch) are in. The root checks that
+//! every rank agrees on the world size and that no rank is claimed twice.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::endpoint::{Inner, hs_error};
+use super::handshake::{self, HsError};
+use crate::api::{CommError, ErrorContext};
+use crate::auth::{Purpose, Reject, RejectCode};
+use crate::bootstrap::{MAX_WORLD, PeerEntry, Register, RootInfo, Table};
+use crate::frame::Kind;
+
+/// A root gives up on an incomplete session after this long.
+const SESSION_LIMIT: Duration = Duration::from_secs(600);
+const MAX_TABLE_FRAME: usize = 8 << 20;
+
+type Outcome = Option<Result<Table, String>>;
+
+struct Session {
+    world: u32,
+    entries: Vec<Option<PeerEntry>>,
+    done: watch::Sender<Outcome>,
+}
+
+/// Open sessions of a root, keyed by (session id, epoch).
+#[derive(Default)]
+pub struct Sessions {
+    map: Mutex<HashMap<([u8; 16], u64), Session>>,
+}
+
+impl Sessions {
+    /// Records a registration; returns a receiver that yields the table when complete.
+    fn register(&self, epoch: u64, reg: &Register) -> Result<watch::Receiver<Outcome>, String> {
+        let addr: SocketAddr = reg
+            .listen
+            .parse()
+            .map_err(|_| format!("bad listen address {:?}", reg.listen))?;
+        if reg.world == 0 || reg.world as usize > MAX_WORLD || reg.rank >= reg.world {
+            return Err(format!(
+                "rank {} out of range for world size {}",
+                reg.rank, reg.world
+            ));
+        }
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (reg.session, epoch);
+        let s = map.entry(key).or_insert_with(|| Session {
+            world: reg.world,
+            entries: vec![None; reg.world as usize],
+            done: watch::channel(None).0,
+        });
+        if s.world != reg.world {
+            return Err(format!(
+                "rank {} says world size {}, but earlier ranks said {}",
+                reg.rank, reg.world, s.world
+            ));
+        }
+        let slot = &mut s.entries[reg.rank as usize];
+        if let Some(e) = slot
+            && e.endpoint != reg.endpoint
+        {
+            return Err(format!(
+                "rank {} is already registered by another process at {}",
+                reg.rank, e.addr
+            ));
+        }
+        *slot = Some(PeerEntry {
+            endpoint: reg.endpoint,
+            addr,
+        });
+        let rx = s.done.subscribe();
+        if s.entries.iter().all(Option::is_some) {
+            let peers: Vec<PeerEntry> = s.entries.iter().flatten().cloned().collect();
+            s.done.send_replace(Some(Ok(Table { peers })));
+            map.remove(&key);
+        }
+        Ok(rx)
+    }
+
+    fn forget(&self, session: [u8; 16], epoch: u64) {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = map.remove(&(session, epoch)) {
+            s.done
+                .send_replace(Some(Err("rendezvous session expired".into())));
+        }
+    }
+}
+
+/// Root side: one registering rank on an authenticated stream.
+pub async fn serve(inner: &Arc<Inner>, mut stream: TcpStream, addr: SocketAddr, epoch: u64) {
+    let reg = match handshake::read_frame(&mut stream, 64 << 10).await {
+        Ok((h, p)) if h.kind == Kind::Register => match Register::decode(&p) {
+            Ok(r) => r,
+            Err(e) => return refuse(inner, &mut stream, addr, epoch, e.to_string()).await,
+        },
+        Ok((h, _)) => {
+            let msg = format!("expected Register, got {}", h.kind);
+            return refuse(inner, &mut stream, addr, epoch, msg).await;
+        }
+        Err(_) => return,
+    };
+    let mut rx = match inner.sessions.register(epoch, &reg) {
+        Ok(rx) => rx,
+        Err(msg) => return refuse(inner, &mut stream, addr, epoch, msg).await,
+    };
+    tracing::debug!(rank = reg.rank, world = reg.world, epoch, %addr, "rank registered");
+    let outcome = tokio::time::timeout(SESSION_LIMIT, async {
+        rx.wait_for(Option::is_some).await.map(|v| v.clone())
+    })
+    .await;
+    let table = match outcome {
+        Ok(Ok(v)) => v,
+        _ => {
+            inner.sessions.forget(reg.session, epoch);
+            return;
+        }
+    };
+    match table {
+        Some(Ok(t)) => {
+            let _ = handshake::write_frame(&mut stream, Kind::Table, epoch, 0, &t.encode()).await;
+        }
+        Some(Err(msg)) => refuse(inner, &mut stream, addr, epoch, msg).await,
+        None => {}
+    }
+}
+
+async fn refuse(inner: &Inner, stream: &mut TcpStream, addr: SocketAddr, epoch: u64, msg: String) {
+    let r = Reject {
+        code: RejectCode::Rendezvous,
+        message: msg.clone(),
+    };
+    let _ = handshake::write_frame(stream, Kind::Reject, epoch, 0, &r.encode()).await;
+    inner.reject(
+        "rendezvous",
+        format!("registration from {addr} at epoch {epoch}: {msg}"),
+    );
+}
+
+/// Rank side: registers with the root and waits (until `deadline`) for the full table.
+pub async fn join(
+    inner: &Arc<Inner>,
+    root: &RootInfo,
+    world: usize,
+    rank: usize,
+    epoch: u64,
+    deadline: Instant,
+) -> Result<Table, CommError> {
+    let ctx = ErrorContext {
+        op: "rendezvous".into(),
+        epoch,
+        peer_rank: None,
+        peer_addr: Some(format!("root {}", root.addr)),
+        local: inner.local_desc.clone(),
+    };
+    let started = Instant::now();
+    let connect_deadline = deadline.min(Instant::now() + inner.cfg.connect_timeout);
+    let mut stream = inner
+        .connect_stream(root.addr, connect_deadline, &ctx)
+        .await?;
+    let listen = inner.listen.to_string();
+    let secret = inner.cfg.secret.clone();
+    let run = async {
+        handshake::connect(
+            &mut stream,
+            &secret,
+            Purpose::Rendezvous,
+            inner.id,
+            &listen,
+            epoch,
+        )
+        .await?;
+        let reg = Register {
+            session: root.id,
+            world: world as u32,
+            rank: rank as u32,
+            endpoint: inner.id,
+            listen: listen.clone(),
+        };
+        handshake::write_frame(&mut stream, Kind::Register, epoch, 0, &reg.encode()).await?;
+        let (h, p) = handshake::read_frame(&mut stream, MAX_TABLE_FRAME).await?;
+        match h.kind {
+            Kind::Table => Ok(Table::decode(&p)?),
+            Kind::Reject => {
+                let r = Reject::decode(&p)?;
+                Err(HsError::Protocol(format!(
+                    "root refused the registration: {}",
+                    r.message
+                )))
+            }
+            k => Err(HsError::Protocol(format!("expected Table, got {k}"))),
+        }
+    };
+    let table = match tokio::time::timeout_at(deadline, run).await {
+        Ok(Ok(t)) => t,
+        Ok(Err(e)) => return Err(hs_error(e, ctx)),
+        Err(_) => {
+            return Err(CommError::Timeout {
+                ctx: Box::new(ErrorContext {
+                    op: format!("rendezvous (waiting for all {world} ranks to register)"),
+                    ..ctx
+                }),
+                after: started.elapsed(),
+            });
+        }
+    };
+    if table.peers.len() != world || table.peers[rank].endpoint != inner.id {
+        return Err(CommError::Protocol {
+            ctx: Box::new(ctx),
+            reason: format!(
+                "root sent a table of {} ranks (expected {world}) or without us at rank {rank}",
+                table.peers.len()
+            ),
+        });
+    }
+    Ok(table)
+}

@@ -1,0 +1,45 @@
+//! A process started inside a simulated host, killed when its guard drops so a failing
+//! test never leaves listeners or senders running (namespace teardown kills stragglers
+//! too, but only when the whole set of hosts goes).
+
+use std::process::Child;
+
+/// A child process running inside a [`super::SimHost`]; SIGKILLed and reaped on drop.
+#[derive(Debug)]
+pub struct HostProcess {
+    child: Option<Child>,
+    label: String,
+}
+
+impl HostProcess {
+    pub(crate) fn new(child: Child, label: String) -> Self {
+        HostProcess {
+            child: Some(child),
+            label,
+        }
+    }
+
+    /// The command line and host, for messages.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The underlying child (take its stdout, wait for it, ...).
+    pub fn child(&mut self) -> &mut Child {
+        self.child.as_mut().expect("child present until drop")
+    }
+
+    /// Gives up the guard: the caller now owns the process and its lifetime.
+    pub fn into_child(mut self) -> Child {
+        self.child.take().expect("child present until drop")
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! placeholder
+pub mod controlplane;
+pub mod hosts;
