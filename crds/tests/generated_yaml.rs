@@ -5,10 +5,22 @@ use std::path::Path;
 #[test]
 fn committed_crd_yaml_matches_the_rust_types() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The chart installs the same files (Helm's crds/ folder).
+    let chart = root.join("../charts/hcomm/crds");
     for crd in hcomm_crds::all_crds() {
-        let path = root.join(hcomm_crds::crd_file_name(&crd));
-        let expected = hcomm_crds::crd_yaml(&crd).expect("CRD serializes");
-        let committed = std::fs::read_to_string(&path).unwrap_or_else(|err| {
+        for dir in [root, chart.as_path()] {
+            check_file(&dir.join(hcomm_crds::crd_file_name(&crd)), &crd);
+        }
+    }
+}
+
+fn check_file(
+    path: &Path,
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) {
+    {
+        let expected = hcomm_crds::crd_yaml(crd).expect("CRD serializes");
+        let committed = std::fs::read_to_string(path).unwrap_or_else(|err| {
             panic!("{} is missing ({err}); run `cargo crdgen`", path.display())
         });
         assert!(

@@ -7,7 +7,10 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 use anyhow::{Context, Result, bail};
+use hcomm_crds::HcommGroup;
 use hcomm_e2e::controlplane::{ControlPlane, ControlPlaneOptions};
+use kube::Api;
+use kube::api::PostParams;
 use serde_json::{Value, json};
 
 const EXAMPLE: &str = include_str!("../../examples/decode-pool.yaml");
@@ -15,18 +18,34 @@ const EXAMPLE: &str = include_str!("../../examples/decode-pool.yaml");
 /// One control plane for every case in this file: starting one per case would spend most
 /// of the test's time on etcd and the apiserver.
 async fn control_plane() -> Result<ControlPlane> {
-    let options = ControlPlaneOptions { controllers: false, kwok: Some(false), ..Default::default() };
-    let cp = ControlPlane::start(options).await.context("starting the control plane")?;
-    cp.install_crds(&hcomm_crds::all_crds()).await.context("installing the CRDs")?;
+    let options = ControlPlaneOptions {
+        controllers: false,
+        kwok: Some(false),
+        ..Default::default()
+    };
+    let cp = ControlPlane::start(options)
+        .await
+        .context("starting the control plane")?;
+    cp.install_crds(&hcomm_crds::all_crds())
+        .await
+        .context("installing the CRDs")?;
     Ok(cp)
 }
 
 fn run(mut command: Command, stdin: Option<&str>) -> Result<Output> {
-    command.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    command.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = command.spawn().context("spawning kubectl")?;
     if let Some(input) = stdin {
-        child.stdin.take().context("kubectl stdin")?.write_all(input.as_bytes())?;
+        child
+            .stdin
+            .take()
+            .context("kubectl stdin")?
+            .write_all(input.as_bytes())?;
     }
     Ok(child.wait_with_output()?)
 }
@@ -40,7 +59,10 @@ fn kubectl(cp: &ControlPlane, args: &[&str], stdin: Option<&str>) -> Result<Outp
 fn stdout_of(cp: &ControlPlane, args: &[&str]) -> Result<String> {
     let out = kubectl(cp, args, None)?;
     if !out.status.success() {
-        bail!("kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "kubectl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(String::from_utf8(out.stdout)?)
 }
@@ -70,7 +92,10 @@ fn bad_cases() -> Vec<BadCase> {
         BadCase {
             name: "three-devices",
             mutate: |v| v["spec"]["devicesPerMember"] = json!(3),
-            expected: &["spec.devicesPerMember", "devicesPerMember must be one of 1, 2, 4, 8, 16"],
+            expected: &[
+                "spec.devicesPerMember",
+                "devicesPerMember must be one of 1, 2, 4, 8, 16",
+            ],
         },
         BadCase {
             name: "thirty-two-devices",
@@ -80,22 +105,38 @@ fn bad_cases() -> Vec<BadCase> {
         BadCase {
             name: "unknown-role",
             mutate: |v| v["spec"]["role"] = json!("training"),
-            expected: &["spec.role", "Unsupported value: \"training\"", "\"prefill\"", "\"decode\""],
+            expected: &[
+                "spec.role",
+                "Unsupported value: \"training\"",
+                "\"prefill\"",
+                "\"decode\"",
+            ],
         },
         BadCase {
             name: "unknown-backend",
             mutate: |v| v["spec"]["comm"]["backend"] = json!("nccl"),
-            expected: &["spec.comm.backend", "Unsupported value: \"nccl\"", "\"hccl\"", "\"tcp\""],
+            expected: &[
+                "spec.comm.backend",
+                "Unsupported value: \"nccl\"",
+                "\"hccl\"",
+                "\"tcp\"",
+            ],
         },
         BadCase {
             name: "ifname-with-space",
             mutate: |v| v["spec"]["comm"]["socketIfname"] = json!("eth 0"),
-            expected: &["spec.comm.socketIfname", "comma-separated list of interface names"],
+            expected: &[
+                "spec.comm.socketIfname",
+                "comma-separated list of interface names",
+            ],
         },
         BadCase {
             name: "ifname-empty-entry",
             mutate: |v| v["spec"]["comm"]["socketIfname"] = json!("eth0,,eth1"),
-            expected: &["spec.comm.socketIfname", "comma-separated list of interface names"],
+            expected: &[
+                "spec.comm.socketIfname",
+                "comma-separated list of interface names",
+            ],
         },
         BadCase {
             name: "ifname-caret-in-middle",
@@ -110,31 +151,50 @@ fn bad_cases() -> Vec<BadCase> {
         BadCase {
             name: "zero-drain",
             mutate: |v| v["spec"]["scaling"]["drainTimeoutSeconds"] = json!(0),
-            expected: &["spec.scaling.drainTimeoutSeconds", "greater than or equal to 1"],
+            expected: &[
+                "spec.scaling.drainTimeoutSeconds",
+                "greater than or equal to 1",
+            ],
         },
         BadCase {
             name: "negative-drain",
             mutate: |v| v["spec"]["scaling"]["drainTimeoutSeconds"] = json!(-30),
-            expected: &["spec.scaling.drainTimeoutSeconds", "greater than or equal to 1"],
+            expected: &[
+                "spec.scaling.drainTimeoutSeconds",
+                "greater than or equal to 1",
+            ],
         },
         BadCase {
             name: "drain-over-a-day",
             mutate: |v| v["spec"]["scaling"]["drainTimeoutSeconds"] = json!(86401),
-            expected: &["spec.scaling.drainTimeoutSeconds", "less than or equal to 86400"],
+            expected: &[
+                "spec.scaling.drainTimeoutSeconds",
+                "less than or equal to 86400",
+            ],
         },
         BadCase {
             name: "digest-without-prefix",
             mutate: |v| v["spec"]["weights"]["digest"] = json!("0".repeat(64)),
-            expected: &["spec.weights.digest", "'sha256:' followed by 64 lowercase hex digits"],
+            expected: &[
+                "spec.weights.digest",
+                "'sha256:' followed by 64 lowercase hex digits",
+            ],
         },
         BadCase {
             name: "digest-too-short",
-            mutate: |v| v["spec"]["weights"]["digest"] = json!(format!("sha256:{}", "a".repeat(63))),
-            expected: &["spec.weights.digest", "'sha256:' followed by 64 lowercase hex digits"],
+            mutate: |v| {
+                v["spec"]["weights"]["digest"] = json!(format!("sha256:{}", "a".repeat(63)))
+            },
+            expected: &[
+                "spec.weights.digest",
+                "'sha256:' followed by 64 lowercase hex digits",
+            ],
         },
         BadCase {
             name: "digest-uppercase",
-            mutate: |v| v["spec"]["weights"]["digest"] = json!(format!("sha256:{}", "A".repeat(64))),
+            mutate: |v| {
+                v["spec"]["weights"]["digest"] = json!(format!("sha256:{}", "A".repeat(64)))
+            },
             expected: &["spec.weights.digest", "64 lowercase hex digits"],
         },
         BadCase {
@@ -143,7 +203,10 @@ fn bad_cases() -> Vec<BadCase> {
                 v["spec"]["replicas"] = json!(5);
                 v["spec"]["maxReplicas"] = json!(4);
             },
-            expected: &["spec.maxReplicas", "maxReplicas must be greater than or equal to replicas"],
+            expected: &[
+                "spec.maxReplicas",
+                "maxReplicas must be greater than or equal to replicas",
+            ],
         },
         BadCase {
             name: "no-containers",
@@ -152,7 +215,9 @@ fn bad_cases() -> Vec<BadCase> {
         },
         BadCase {
             name: "member-subgroup-not-dividing",
-            mutate: |v| v["spec"]["subgroups"] = json!([{"name": "tp", "scope": "Member", "size": 4}]),
+            mutate: |v| {
+                v["spec"]["subgroups"] = json!([{"name": "tp", "scope": "Member", "size": 4}])
+            },
             expected: &["spec.subgroups", "size that divides devicesPerMember"],
         },
     ]
@@ -174,14 +239,21 @@ async fn the_api_server_enforces_the_hcomm_api() -> Result<()> {
     let table = stdout_of(&cp, &["get", "hcg", "-n", "default"])?;
     let header = table.lines().next().unwrap_or_default();
     for column in ["NAME", "ROLE", "DESIRED", "READY", "EPOCH", "PHASE", "AGE"] {
-        assert!(header.contains(column), "column {column} missing from `kubectl get hcg`:\n{table}");
+        assert!(
+            header.contains(column),
+            "column {column} missing from `kubectl get hcg`:\n{table}"
+        );
     }
-    let decode = table.lines().find(|l| l.starts_with("decode ")).context("decode row")?;
+    let decode = table
+        .lines()
+        .find(|l| l.starts_with("decode "))
+        .context("decode row")?;
     let cells: Vec<&str> = decode.split_whitespace().collect();
     assert_eq!(&cells[..3], ["decode", "decode", "2"], "row: {decode}");
 
     // Defaults are applied by the API server from the schema.
-    let stored: Value = serde_json::from_str(&stdout_of(&cp, &["get", "hcg", "prefill", "-o", "json"])?)?;
+    let stored: Value =
+        serde_json::from_str(&stdout_of(&cp, &["get", "hcg", "prefill", "-o", "json"])?)?;
     assert_eq!(stored["spec"]["scaling"]["strategy"], "Incremental");
     assert_eq!(stored["spec"]["scaling"]["maxUnavailable"], 1);
     assert_eq!(stored["spec"]["comm"]["opTimeoutSeconds"], 120);
@@ -200,7 +272,10 @@ async fn the_api_server_enforces_the_hcomm_api() -> Result<()> {
         }
         for want in case.expected {
             if !stderr.contains(want) {
-                failures.push(format!("{}: refusal lacks {want:?}; kubectl said:\n{stderr}", case.name));
+                failures.push(format!(
+                    "{}: refusal lacks {want:?}; kubectl said:\n{stderr}",
+                    case.name
+                ));
             }
         }
         let get = kubectl(&cp, &["get", "hcg", &name], None)?;
@@ -210,31 +285,78 @@ async fn the_api_server_enforces_the_hcomm_api() -> Result<()> {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 
-    // Valid edge values are accepted: zero replicas, exact and excluding NIC lists.
-    for (name, ifname, replicas) in [("zero", "=data0", 0), ("exclude", "^lo,docker", 1), ("both", "^=eth0,eth1", 1)] {
+    // Valid edge values are accepted: zero replicas, exact and excluding NIC lists, no
+    // subgroups at all.
+    for (name, ifname, replicas) in [
+        ("zero", "=data0", 0),
+        ("exclude", "^lo,docker", 1),
+        ("both", "^=eth0,eth1", 1),
+    ] {
         let body = manifest(name, |v| {
             v["spec"]["replicas"] = json!(replicas);
             v["spec"]["comm"]["socketIfname"] = json!(ifname);
+            if let Some(spec) = v["spec"].as_object_mut() {
+                spec.remove("subgroups");
+            }
         })?;
         let out = kubectl(&cp, &["apply", "-f", "-"], Some(&body))?;
-        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     // `kubectl scale` goes through the scale subresource and changes spec.replicas.
     stdout_of(&cp, &["scale", "hcg/decode", "--replicas=3"])?;
-    let replicas = stdout_of(&cp, &["get", "hcg", "decode", "-o", "jsonpath={.spec.replicas}"])?;
+    let replicas = stdout_of(
+        &cp,
+        &["get", "hcg", "decode", "-o", "jsonpath={.spec.replicas}"],
+    )?;
     assert_eq!(replicas.trim(), "3");
     let scale: Value = serde_json::from_str(&stdout_of(
         &cp,
-        &["get", "--raw", "/apis/hcomm.io/v1alpha1/namespaces/default/hcommgroups/decode/scale"],
+        &[
+            "get",
+            "--raw",
+            "/apis/hcomm.io/v1alpha1/namespaces/default/hcommgroups/decode/scale",
+        ],
     )?)?;
     assert_eq!(scale["kind"], "Scale");
     assert_eq!(scale["spec"]["replicas"], 3);
 
     // Scaling past maxReplicas is refused by the same rule as a direct edit.
     let out = kubectl(&cp, &["scale", "hcg/decode", "--replicas=9"], None)?;
-    assert!(!out.status.success(), "scaling past maxReplicas must be refused");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("maxReplicas must be greater than or equal to replicas"));
+    assert!(
+        !out.status.success(),
+        "scaling past maxReplicas must be refused"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("maxReplicas must be greater than or equal to replicas")
+    );
+
+    // The HPA controller's way: GET /scale, then PUT /scale with the new replica count
+    // and the resourceVersion it read (optimistic concurrency, as the controller does).
+    let client = cp.client().await?;
+    let groups: Api<HcommGroup> = Api::namespaced(client, "default");
+    let mut scale = groups.get_scale("decode").await?;
+    assert_eq!(scale.spec.as_ref().and_then(|s| s.replicas), Some(3));
+    scale.spec.get_or_insert_with(Default::default).replicas = Some(5);
+    let written = groups
+        .replace_scale("decode", &PostParams::default(), &scale)
+        .await?;
+    assert_eq!(written.spec.and_then(|s| s.replicas), Some(5));
+    assert_eq!(groups.get("decode").await?.spec.replicas, 5);
+    // A PUT with the stale resourceVersion is a conflict, not a lost update.
+    scale.spec.get_or_insert_with(Default::default).replicas = Some(4);
+    let stale = groups
+        .replace_scale("decode", &PostParams::default(), &scale)
+        .await;
+    assert!(
+        matches!(&stale, Err(kube::Error::Api(status)) if status.code == 409),
+        "a stale /scale PUT must conflict: {stale:?}"
+    );
 
     // `kubectl explain` shows the field docs written for cluster users.
     let explain = stdout_of(&cp, &["explain", "hcommgroup.spec.comm.socketIfname"])?;

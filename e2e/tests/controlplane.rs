@@ -8,11 +8,11 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use hcomm_e2e::controlplane::{ControlPlane, ControlPlaneOptions, is_alive};
+use hcomm_e2e::controlplane::{ControlPlane, ControlPlaneOptions, Needs, assets, is_alive};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -62,6 +62,17 @@ where
         )
         .with_test_writer()
         .try_init();
+    // Build (or find) the binaries once, outside any test deadline: on a
+    // cold machine this is a Go build of several minutes, and every other
+    // test waits for it here.
+    static BINARIES: OnceLock<()> = OnceLock::new();
+    BINARIES.get_or_init(|| {
+        let needs = Needs {
+            controllers: true,
+            kwok: true,
+        };
+        assets::resolve(needs).expect("control-plane binaries");
+    });
     let _slot = Slot::take();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -175,6 +186,29 @@ fn control_plane_starts_serves_readyz_and_lists_namespaces_for_kube_and_kubectl(
             "kubeconfig names the server"
         );
         cp.stop()?;
+        Ok(())
+    });
+}
+
+#[test]
+fn a_control_plane_bound_to_another_address_serves_a_certificate_for_it() {
+    run(|| async {
+        let bind: std::net::IpAddr = "127.0.0.2".parse()?;
+        let cp = ControlPlane::start(ControlPlaneOptions {
+            bind_address: bind,
+            controllers: false,
+            kwok: Some(false),
+            ..options()
+        })
+        .await?;
+        ensure!(
+            cp.server_url().starts_with("https://127.0.0.2:"),
+            "server {}",
+            cp.server_url()
+        );
+        // TLS verification against the harness CA succeeds only if the SANs hold the address.
+        let namespaces: Api<Namespace> = Api::all(cp.client().await?);
+        namespaces.get("default").await?;
         Ok(())
     });
 }
@@ -401,4 +435,90 @@ fn a_panicking_test_leaves_no_process_behind() {
     assert!(!pids.is_empty());
     let left: Vec<u32> = pids.into_iter().filter(|pid| is_alive(*pid)).collect();
     assert!(left.is_empty(), "still running after the panic: {left:?}");
+}
+
+/// Set for the helper below when another test runs it in a child process.
+const HELPER_ENV: &str = "HCOMM_E2E_CONTROLPLANE_HELPER";
+
+#[test]
+#[ignore = "helper: started and SIGKILLed by a_killed_owner_s_control_plane_is_stopped_by_the_next_start"]
+fn helper_starts_a_control_plane_and_waits_to_be_killed() {
+    if std::env::var_os(HELPER_ENV).is_none() {
+        return;
+    }
+    run(|| async {
+        let cp = ControlPlane::start(ControlPlaneOptions {
+            controllers: false,
+            kwok: Some(false),
+            ..options()
+        })
+        .await?;
+        let pids: Vec<String> = cp.pids().iter().map(u32::to_string).collect();
+        println!("STATE {}", cp.state_dir().display());
+        println!("PIDS {}", pids.join(","));
+        // Wait to be killed (bounded by the test deadline).
+        tokio::time::sleep(TEST_DEADLINE).await;
+        Ok(())
+    });
+}
+
+#[test]
+fn a_killed_owner_s_control_plane_is_stopped_by_the_next_start() {
+    use std::io::BufRead;
+    let mut helper = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "helper_starts_a_control_plane_and_waits_to_be_killed",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(HELPER_ENV, "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn helper");
+    let stdout = helper.stdout.take().expect("helper stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut state = None;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Some(dir) = line.strip_prefix("STATE ") {
+                state = Some(std::path::PathBuf::from(dir));
+            } else if let Some(pids) = line.strip_prefix("PIDS ") {
+                let pids: Vec<u32> = pids.split(',').filter_map(|p| p.parse().ok()).collect();
+                let _ = tx.send((state.take(), pids));
+            }
+        }
+    });
+    let received = rx.recv_timeout(Duration::from_secs(180));
+    // The helper dies without running any destructor, as under a CI timeout.
+    helper.kill().expect("kill helper");
+    helper.wait().expect("reap helper");
+    let (state_dir, pids) = received.expect("helper reported its control plane");
+    let state_dir = state_dir.expect("helper reported its state dir");
+    assert!(!pids.is_empty());
+
+    run(|| async {
+        let cp = ControlPlane::start(ControlPlaneOptions {
+            controllers: false,
+            kwok: Some(false),
+            ..options()
+        })
+        .await?;
+        let left: Vec<u32> = pids.iter().copied().filter(|pid| is_alive(*pid)).collect();
+        ensure!(
+            left.is_empty(),
+            "orphans of the killed helper still run: {left:?}"
+        );
+        ensure!(
+            !state_dir.exists(),
+            "the orphaned state dir {} is removed",
+            state_dir.display()
+        );
+        cp.stop()?;
+        Ok(())
+    });
 }

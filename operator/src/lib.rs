@@ -1,1 +1,153 @@
-//! placeholder
+//! hcomm-operator: turns each `HcommGroup` into member Pods that can serve, and changes
+//! membership without stopping the members that serve.
+//!
+//! Data flow of one reconcile (see [`reconcile`]): [`observe`] fetches the group's Pods,
+//! every member Pod's devices, the `HcommNode` inventories and the recorded rank table;
+//! [`planner`] (pure) decides joiners, drains, deletions, ranks and the epoch; [`apply`]
+//! writes Pods ([`pod_builder`]), drain requests and the rank table ([`rank_table`]);
+//! [`status`] reports members, topology and conditions; [`events`] publishes what changed.
+//! [`leader`] makes sure only one replica acts; [`metrics`] serves Prometheus metrics.
+
+pub mod apply;
+pub mod config;
+pub mod context;
+pub mod error;
+pub mod events;
+pub mod leader;
+pub mod metrics;
+pub mod observe;
+pub mod phase;
+pub mod planner;
+pub mod pod_builder;
+pub mod rank_table;
+pub mod reconcile;
+pub mod status;
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use hcomm_crds::contract::LABEL_GROUP;
+use hcomm_crds::{HcommGroup, HcommNode};
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+pub use config::Config;
+pub use error::{Error, Result};
+
+use context::Context;
+use leader::Elector;
+use metrics::Metrics;
+
+/// Runs the operator: metrics server, leader election, and — while leader — the
+/// `HcommGroup` controller. Returns on SIGTERM/SIGINT (after releasing the Lease) or with
+/// [`Error::LeaseLost`] when leadership is lost.
+pub async fn run(config: Config) -> Result<()> {
+    let client = Client::try_default().await.map_err(Error::kube(
+        "build client from KUBECONFIG or in-cluster config",
+    ))?;
+    let metrics = Arc::new(Metrics::new());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let listener = tokio::net::TcpListener::bind(config.metrics_addr)
+        .await
+        .map_err(|source| Error::Server {
+            addr: config.metrics_addr.to_string(),
+            source,
+        })?;
+    info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving metrics");
+    let server = tokio::spawn(metrics::serve(listener, metrics.clone(), stopped(stop_rx)));
+
+    let elector = Elector::new(
+        client.clone(),
+        &config.lease_namespace,
+        &config.lease_name,
+        &config.identity,
+    );
+    let result = tokio::select! {
+        () = shutdown_signal() => Ok(()),
+        result = lead(client, &config, metrics.clone(), &elector) => result,
+    };
+    metrics.leader.set(0);
+    elector.release().await;
+    let _ = stop_tx.send(true);
+    if let Ok(Err(error)) = server.await {
+        warn!(%error, "metrics server stopped with an error");
+    }
+    result
+}
+
+/// Becomes leader, then runs the controller until leadership is lost.
+async fn lead(
+    client: Client,
+    config: &Config,
+    metrics: Arc<Metrics>,
+    elector: &Elector,
+) -> Result<()> {
+    elector.acquire().await;
+    metrics.leader.set(1);
+    let ctx = Arc::new(Context::new(
+        client,
+        metrics,
+        config.namespace.clone(),
+        &config.identity,
+    ));
+    tokio::select! {
+        () = controller(ctx) => Ok(()),
+        lost = elector.keep() => Err(lost),
+    }
+}
+
+/// The `HcommGroup` controller: groups, their Pods, and every `HcommNode` change (new
+/// capacity) trigger reconciles. Runs until its future is dropped (shutdown or lost
+/// leadership); reconciles are idempotent, so stopping mid-way is safe.
+pub async fn controller(ctx: Arc<Context>) {
+    let client = ctx.client.clone();
+    let (groups, pods): (Api<HcommGroup>, Api<Pod>) = match &ctx.namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let nodes: Api<HcommNode> = Api::all(client);
+    let node_changes = watcher(nodes, watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .filter_map(|node| async move { node.ok().map(|_| ()) });
+    Controller::new(groups, watcher::Config::default())
+        .owns(pods, watcher::Config::default().labels(LABEL_GROUP))
+        .reconcile_all_on(node_changes)
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "reconcile attempt ended with an error");
+            }
+        })
+        .await;
+}
+
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+/// Completes on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => return ctrl_c.await.unwrap_or_default(),
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    info!("shutdown signal received");
+}

@@ -1,1 +1,16 @@
-fn main() {}
+//! The `hcomm-operator` binary: flags and environment → telemetry → [`hcomm_operator::run`].
+
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config =
+        hcomm_operator::Config::parse(std::env::args().skip(1), |key| std::env::var(key).ok())?;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into()),
+        )
+        .init();
+    hcomm_operator::run(config).await?;
+    Ok(())
+}

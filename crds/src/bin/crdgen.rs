@@ -1,4 +1,4 @@
-//! Writes the CRD YAML generated from the Rust types into `crds/` (and the chart), or with
+//! Writes the CRD YAML generated from the Rust types into `crds/` and `charts/hcomm/crds/`, or with
 //! `--check` fails when the committed files differ from what the types generate.
 
 use std::path::PathBuf;
@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let check = std::env::args().any(|a| a == "--check");
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let crds_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let chart_dir = crds_dir.join("../charts/hcomm/crds");
     let mut drift = Vec::new();
     for crd in hcomm_crds::all_crds() {
         let yaml = match hcomm_crds::crd_yaml(&crd) {
@@ -16,18 +17,20 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let path = root.join(hcomm_crds::crd_file_name(&crd));
-        let current = std::fs::read_to_string(&path).unwrap_or_default();
-        if current == yaml {
-            continue;
-        }
-        if check {
-            drift.push(path);
-        } else if let Err(err) = std::fs::write(&path, yaml) {
-            eprintln!("cannot write {}: {err}", path.display());
-            return ExitCode::FAILURE;
-        } else {
-            println!("wrote {}", path.display());
+        for dir in [&crds_dir, &chart_dir] {
+            let path = dir.join(hcomm_crds::crd_file_name(&crd));
+            let current = std::fs::read_to_string(&path).unwrap_or_default();
+            if current == yaml {
+                continue;
+            }
+            if check {
+                drift.push(path);
+            } else if let Err(err) = std::fs::write(&path, &yaml) {
+                eprintln!("cannot write {}: {err}", path.display());
+                return ExitCode::FAILURE;
+            } else {
+                println!("wrote {}", path.display());
+            }
         }
     }
     if drift.is_empty() {

@@ -47,7 +47,7 @@ use super::HcommGroupStatus;
 )]
 #[x_kube(validation = Rule::new("!has(self.maxReplicas) || self.maxReplicas >= self.replicas").message("maxReplicas must be greater than or equal to replicas").field_path(".maxReplicas"))]
 #[x_kube(validation = Rule::new("has(self.template.spec) && size(self.template.spec.containers) > 0").message("template.spec.containers must list at least one container (the inference worker)").field_path(".template"))]
-#[x_kube(validation = Rule::new("self.subgroups.all(g, g.scope != 'Member' || !has(g.size) || self.devicesPerMember % g.size == 0)").message("a subgroup with scope Member must have a size that divides devicesPerMember").field_path(".subgroups"))]
+#[x_kube(validation = Rule::new("!has(self.subgroups) || self.subgroups.all(g, g.scope != 'Member' || !has(g.size) || self.devicesPerMember % g.size == 0)").message("a subgroup with scope Member must have a size that divides devicesPerMember").field_path(".subgroups"))]
 #[serde(rename_all = "camelCase")]
 pub struct HcommGroupSpec {
     /// Number of members (worker Pods) the group should have. Each member holds

@@ -20,7 +20,7 @@ commands:
   up       start a local control plane in the background and install the hcomm CRDs
   status   show each component with its pid and health
   down     stop every component (and check none is left)
-  build    build or find the binaries (etcd, kube-apiserver, ...) and print their paths
+  build    build or find the binaries (etcd, kube-apiserver, ..., helm) and print their paths
 
 options:
   --state-dir DIR     state folder (default $HCOMM_DEVCLUSTER_DIR or /tmp/hcomm-devcluster)
@@ -240,5 +240,9 @@ async fn build(args: &Args) -> anyhow::Result<()> {
             println!("  {name:<24} {}", path.display());
         }
     }
+    // Helm is not part of the control plane, but the chart tests need it: build it here
+    // too so CI's build step leaves nothing for the tests to build.
+    let helm = tokio::task::spawn_blocking(assets::helm).await??;
+    println!("  {:<24} {}", "helm", helm.display());
     Ok(())
 }

@@ -54,6 +54,12 @@ const KWOK: GoModule = GoModule {
     binaries: &[("kwok", "sigs.k8s.io/kwok/cmd/kwok")],
 };
 
+const HELM: GoModule = GoModule {
+    name: "helm",
+    pinned: "helm.sh/helm/v3",
+    binaries: &[("helm", "helm.sh/helm/v3/cmd/helm")],
+};
+
 /// The kwok stages (see `e2e/k8s/kwok/stages.yaml`): Nodes become Ready, Pods
 /// Running, and Pod readiness follows readiness gates as a kubelet's would.
 pub const KWOK_STAGES: &str = include_str!("../../k8s/kwok/stages.yaml");
@@ -133,6 +139,15 @@ pub fn resolve(needs: Needs) -> Result<Binaries> {
     })
 }
 
+/// Helm for the chart tests: `$HCOMM_HELM` when set, else the pinned version built from
+/// `e2e/k8s/helm` into the cache (blocking: a cold build takes minutes).
+pub fn helm() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("HCOMM_HELM").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(path));
+    }
+    Ok(ensure_built(HELM)?.join("helm"))
+}
+
 /// The Kubernetes version the kube module pins, e.g. `v1.35.4`.
 pub fn kubernetes_version() -> Result<String> {
     pinned_version(KUBE)
@@ -163,14 +178,20 @@ fn ensure_built(module: GoModule) -> Result<PathBuf> {
     fs::create_dir_all(&root).map_err(Error::io("create cache dir", &root))?;
     let lock_path = root.join(format!(".{}.lock", module.name));
     let lock = File::create(&lock_path).map_err(Error::io("create lock", &lock_path))?;
-    info!(lock = %lock_path.display(), "waiting for the build lock");
+    info!(lock = %lock_path.display(), "taking the build lock (waits while another process builds)");
     lock.lock().map_err(Error::io("lock", &lock_path))?;
     // Someone else may have built it while we waited.
     if is_complete(module, &done) {
         return Ok(done);
     }
-    let staging = root.join(format!(".tmp-{key}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&staging);
+    // Leftovers of builds killed midway (we hold the lock, so none runs).
+    let prefix = format!(".tmp-{key}-");
+    for entry in fs::read_dir(&root).into_iter().flatten().flatten() {
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+    let staging = root.join(format!("{prefix}{}", std::process::id()));
     fs::create_dir_all(&staging).map_err(Error::io("create build dir", &staging))?;
     let result = go_build(
         module,
@@ -244,6 +265,11 @@ fn ldflags(module: GoModule, version: &str) -> String {
                 " -X {package}.gitVersion={version} -X {package}.gitMajor=1 -X {package}.gitMinor={minor}"
             ));
         }
+    }
+    if module.name == HELM.name {
+        flags.push_str(&format!(
+            " -X helm.sh/helm/v3/internal/version.version={version}"
+        ));
     }
     flags
 }

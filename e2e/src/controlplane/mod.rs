@@ -3,13 +3,32 @@
 //!
 //! [`ControlPlane::start`] runs etcd and kube-apiserver (and, by default,
 //! kube-controller-manager, kube-scheduler and kwok) as child processes on
-//! free ports, with their own PKI, RBAC authorization and ServiceAccount token
-//! signing, and waits until each is healthy. Dropping it (also while a test
-//! panics) stops every process and removes its temporary state.
+//! free ports, with their own PKI, RBAC authorization (`Node,RBAC`) and
+//! ServiceAccount token signing, and waits until each is healthy. Dropping it
+//! (also while a test panics) stops every process and removes its temporary
+//! state; a run killed outright (SIGKILL, CI timeout) is cleaned up by the
+//! next `start` on the machine.
 //!
-//! Binaries: see [`assets`]. Flow: `assets` (binaries) → `certs` (PKI) →
-//! `kubeconfig` → `start` (components, in dependency order, each awaited by
-//! `health`) → `cluster` (what tests do with it) → `detached` (devcluster).
+//! ```no_run
+//! # async fn demo() -> hcomm_e2e::controlplane::Result<()> {
+//! use hcomm_e2e::controlplane::{ControlPlane, ControlPlaneOptions};
+//! let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
+//! cp.install_crds(&hcomm_crds::all_crds()).await?;
+//! cp.create_fake_node("npu-node-0", Default::default()).await?;
+//! let client = cp.client().await?;
+//! # drop(client); Ok(()) }
+//! ```
+//!
+//! Binaries: see [`assets`] (`KUBEBUILDER_ASSETS`, else built once with Go
+//! into `$HCOMM_CACHE_DIR`). kwok runs with the stages in
+//! `e2e/k8s/kwok/stages.yaml`: unlike kwok's stock pod stage (which writes
+//! every readiness-gate condition True itself), a Pod with readiness gates
+//! stays Ready=False until the gates' owner sets their conditions True, and
+//! Ready follows them both ways, as with a kubelet. Deleted Pods go at once.
+//!
+//! Flow: `assets` (binaries) → `certs` (PKI) → `kubeconfig` → `start`
+//! (components, in dependency order, each awaited by `health`) → `cluster`
+//! (what tests do with it) → `detached` (devcluster); `process` supervises.
 
 pub mod assets;
 mod certs;
@@ -20,6 +39,7 @@ mod health;
 mod kubeconfig;
 mod process;
 mod start;
+mod statedir;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
@@ -188,10 +208,15 @@ impl ControlPlane {
             info!(state_dir = %self.state_dir.display(), "stopping control plane");
         }
         // etcd and kube-apiserver go last, in that order.
+        let stopped_any = !self.processes.is_empty();
         let result = process::stop_all(&mut self.processes, 2, Duration::from_secs(10));
-        // Nothing runs any more, so nothing is left for a later reaper.
-        let _ = std::fs::remove_file(self.state_dir.join(detached::STATE_FILE));
+        if stopped_any {
+            // Nothing runs any more, so nothing is left for a later reaper.
+            // (After `detach` nothing was stopped, and the file must stay.)
+            let _ = std::fs::remove_file(self.state_dir.join(detached::STATE_FILE));
+        }
         if self.owns_state_dir && std::env::var_os(KEEP_STATE_ENV).is_some() {
+            self.owns_state_dir = false;
             info!(state_dir = %self.state_dir.display(), "keeping state dir ({KEEP_STATE_ENV} is set)");
         } else if self.owns_state_dir {
             self.owns_state_dir = false;

@@ -7,8 +7,6 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use tracing::{info, warn};
 
@@ -19,6 +17,7 @@ use super::error::{Error, Result};
 use super::health::{anonymous_client, http_get, kube_get, wait_healthy};
 use super::kubeconfig::{self, https_url};
 use super::process::Supervised;
+use super::statedir;
 use super::{Component, ControlPlane, ControlPlaneOptions};
 
 /// The Service IP range (the `kubernetes` Service takes its first address).
@@ -43,8 +42,8 @@ pub(super) async fn start(options: ControlPlaneOptions) -> Result<ControlPlane> 
     let (state_dir, owns_state_dir) = match &options.state_dir {
         Some(dir) => (dir.clone(), false),
         None => {
-            reap_stale_temp_dirs();
-            (temp_state_dir(), true)
+            statedir::reap_stale();
+            (statedir::fresh(), true)
         }
     };
     std::fs::create_dir_all(state_dir.join("logs"))
@@ -376,51 +375,4 @@ fn free_ports<const N: usize>(ips: [IpAddr; N]) -> Result<[u16; N]> {
             .port();
     }
     Ok(ports)
-}
-
-/// Prefix of temporary state folders: `hcomm-cp-<owner pid>-...`.
-const TEMP_PREFIX: &str = "hcomm-cp-";
-
-/// Stops the components and removes the state of temporary control planes
-/// whose owning process died without cleaning up (killed by a signal).
-fn reap_stale_temp_dirs() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(owner) = name
-            .strip_prefix(TEMP_PREFIX)
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if super::process::is_alive(owner) {
-            continue;
-        }
-        let dir = entry.path();
-        if let Ok(Some(stale)) = super::detached::DevCluster::load(&dir) {
-            warn!(dir = %dir.display(), owner, "stopping a control plane left behind by a dead process");
-            if let Err(error) = stale.stop() {
-                warn!(%error, "could not stop the stale control plane");
-                continue;
-            }
-        }
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
-
-/// A fresh folder under the system temp dir.
-fn temp_state_dir() -> PathBuf {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    std::env::temp_dir().join(format!(
-        "{TEMP_PREFIX}{}-{}-{nanos:x}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ))
 }

@@ -1,0 +1,202 @@
+//! Apply (the fourth step of the pipeline): carry a [`Plan`] out, in an order that keeps a
+//! crash at any point recoverable from what is stored (see `planner::epoch`):
+//! 1. remember failed nodes on the group (annotation `hcomm.io/avoid-nodes`);
+//! 2. create joiner Pods (server-side apply, field manager `hcomm-operator`);
+//! 3. ask victims to drain (annotation `hcomm.io/drain-requested`, merge patch);
+//! 4. write the rank table of the epoch (server-side apply of the ConfigMap);
+//! 5. delete members that drained, timed out, or never served.
+
+use std::collections::BTreeMap;
+
+use hcomm_crds::HcommGroup;
+use hcomm_crds::contract::{
+    ANNOTATION_DRAIN_REQUESTED, LABEL_GROUP, LABEL_MANAGED_BY, MANAGER_NAME,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use tracing::info;
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::observe::{ANNOTATION_AVOID_NODES, Observed, avoid_nodes};
+use crate::planner::{Plan, Removal};
+use crate::pod_builder;
+use crate::rank_table::{self, EPOCH_KEY, MEMBERS_KEY, RANK_TABLE_KEY};
+
+/// The one field manager of every server-side apply the operator makes.
+pub const FIELD_MANAGER: &str = "hcomm-operator";
+/// How many failed nodes the group remembers.
+const AVOID_NODES_KEPT: usize = 8;
+
+/// What applying a plan did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    /// Joiner Pods created.
+    pub created: Vec<String>,
+    /// Members newly asked to drain.
+    pub drain_requested: Vec<String>,
+    /// Member Pods deleted, with why.
+    pub deleted: Vec<Removal>,
+    /// The rank table was (re)written.
+    pub rank_table_written: bool,
+}
+
+/// Carries `plan` out for `group`.
+pub async fn apply(
+    ctx: &Context,
+    group: &HcommGroup,
+    observed: &Observed,
+    plan: &Plan,
+) -> Result<Outcome> {
+    let namespace = group.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut outcome = Outcome::default();
+
+    remember_failed_nodes(ctx, group, plan).await?;
+
+    let world = plan.world_size(group.spec.devices_per_member);
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    for joiner in plan.joiners() {
+        let pod = pod_builder::build(group, joiner, plan.epoch, world);
+        pods.patch(&joiner.name, &params, &Patch::Apply(&pod))
+            .await
+            .map_err(Error::kube(format!(
+                "create member Pod {namespace}/{}",
+                joiner.name
+            )))?;
+        info!(member = %joiner.name, node = %joiner.node, index = joiner.index, "created member");
+        outcome.created.push(joiner.name.clone());
+    }
+
+    let now = Timestamp::now().to_string();
+    for victim in &plan.drain {
+        let already = observed
+            .members
+            .iter()
+            .any(|m| &m.name == victim && m.drain_requested_at.is_some());
+        if already {
+            continue;
+        }
+        let patch = serde_json::json!({
+            "metadata": { "annotations": { ANNOTATION_DRAIN_REQUESTED: now } }
+        });
+        pods.patch(victim, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::kube(format!(
+                "request drain of {namespace}/{victim}"
+            )))?;
+        info!(member = %victim, "requested drain");
+        outcome.drain_requested.push(victim.clone());
+    }
+
+    // Also while the group is deleted: the record of the (shrinking) set keeps the epoch
+    // moving by exactly one per change.
+    outcome.rank_table_written = write_rank_table(ctx, group, observed, plan).await?;
+
+    for removal in &plan.delete {
+        match pods.delete(&removal.name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => {
+                return Err(Error::Kube {
+                    action: format!("delete member Pod {namespace}/{}", removal.name),
+                    source: error,
+                });
+            }
+        }
+        info!(member = %removal.name, reason = ?removal.reason, "deleted member");
+        outcome.deleted.push(removal.clone());
+    }
+    Ok(outcome)
+}
+
+/// The rank-table ConfigMap of `plan` (pure).
+pub fn rank_table_config_map(
+    group: &HcommGroup,
+    observed: &Observed,
+    plan: &Plan,
+) -> Result<ConfigMap> {
+    let name = group.name_any();
+    let table = rank_table::build(
+        &plan.members,
+        group.spec.devices_per_member,
+        &observed.nodes,
+    );
+    let json = serde_json::to_string_pretty(&table).map_err(|source| Error::Serialize {
+        what: "rank table",
+        source,
+    })?;
+    let members: Vec<&str> = plan.members.iter().map(|m| m.name.as_str()).collect();
+    Ok(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(rank_table::config_map_name(&name)),
+            namespace: group.namespace(),
+            labels: Some(BTreeMap::from([
+                (LABEL_GROUP.to_owned(), name.clone()),
+                (LABEL_MANAGED_BY.to_owned(), MANAGER_NAME.to_owned()),
+            ])),
+            owner_references: pod_builder::owner_reference(group).map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([
+            (RANK_TABLE_KEY.to_owned(), json),
+            (EPOCH_KEY.to_owned(), plan.epoch.to_string()),
+            (MEMBERS_KEY.to_owned(), members.join("\n")),
+        ])),
+        ..ConfigMap::default()
+    })
+}
+
+async fn write_rank_table(
+    ctx: &Context,
+    group: &HcommGroup,
+    observed: &Observed,
+    plan: &Plan,
+) -> Result<bool> {
+    let desired = rank_table_config_map(group, observed, plan)?;
+    if observed.config_map.as_ref().and_then(|c| c.data.as_ref()) == desired.data.as_ref() {
+        return Ok(false);
+    }
+    let name = desired.name_any();
+    let api: Api<ConfigMap> =
+        Api::namespaced(ctx.client.clone(), &group.namespace().unwrap_or_default());
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&desired),
+    )
+    .await
+    .map_err(Error::kube(format!("write rank table {name}")))?;
+    info!(configmap = %name, epoch = plan.epoch, members = plan.members.len(), "wrote rank table");
+    Ok(true)
+}
+
+async fn remember_failed_nodes(ctx: &Context, group: &HcommGroup, plan: &Plan) -> Result<()> {
+    let mut nodes = avoid_nodes(group);
+    let before = nodes.clone();
+    for node in &plan.failed_nodes {
+        nodes.retain(|n| n != node);
+        nodes.push(node.clone());
+    }
+    let excess = nodes.len().saturating_sub(AVOID_NODES_KEPT);
+    nodes.drain(..excess);
+    if nodes == before {
+        return Ok(());
+    }
+    let api: Api<HcommGroup> =
+        Api::namespaced(ctx.client.clone(), &group.namespace().unwrap_or_default());
+    let patch = serde_json::json!({
+        "metadata": { "annotations": { ANNOTATION_AVOID_NODES: nodes.join(",") } }
+    });
+    api.patch(
+        &group.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(Error::kube("remember failed nodes"))?;
+    Ok(())
+}

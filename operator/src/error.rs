@@ -1,0 +1,128 @@
+//! The operator's errors, each with a short fixed category used as the metric label
+//! (`hcomm_operator_reconcile_errors_total{category}`) and as the Event reason.
+//!
+//! The error policy in [`crate::reconcile`] decides by kind: an invalid spec waits for an
+//! edit, everything else is transient and requeues soon.
+
+use std::time::Duration;
+
+/// Everything that can go wrong while reconciling or running the operator.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The spec cannot be planned; the group waits for an edit.
+    #[error("invalid spec of HcommGroup {group}: {reason}")]
+    InvalidSpec {
+        /// namespace/name of the group.
+        group: String,
+        /// What is wrong, for people.
+        reason: String,
+    },
+    /// A call to the API server failed.
+    #[error("{action}: {source}")]
+    Kube {
+        /// What the operator was doing.
+        action: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// An object could not be serialized.
+    #[error("serialize {what}: {source}")]
+    Serialize {
+        /// What was serialized.
+        what: &'static str,
+        /// The serde error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An object the operator reads lacks a field it needs.
+    #[error("{object} has no {field}")]
+    MissingField {
+        /// The object.
+        object: String,
+        /// The field.
+        field: &'static str,
+    },
+    /// The leader Lease was lost; the process stops acting.
+    #[error("lost the leader lease {lease}")]
+    LeaseLost {
+        /// namespace/name of the Lease.
+        lease: String,
+    },
+    /// The metrics/health server failed.
+    #[error("metrics server on {addr}: {source}")]
+    Server {
+        /// The listen address.
+        addr: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A command-line flag or environment variable is wrong.
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+/// The result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The short, fixed category of this error: a metric label and an Event reason.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::InvalidSpec { .. } => "InvalidSpec",
+            Self::Kube { source, .. } => match source {
+                kube::Error::Api(status) if status.code == 409 => "Conflict",
+                kube::Error::Api(status) if status.code == 404 => "NotFound",
+                kube::Error::Api(_) => "ApiError",
+                _ => "ClientError",
+            },
+            Self::Serialize { .. } => "Serialization",
+            Self::MissingField { .. } => "MissingField",
+            Self::LeaseLost { .. } => "LeaseLost",
+            Self::Server { .. } => "Server",
+            Self::Config(_) => "Config",
+        }
+    }
+
+    /// How long to wait before retrying, or `None` to wait for a change of the object.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::InvalidSpec { .. } => None,
+            Self::Kube { .. } => Some(Duration::from_secs(2)),
+            _ => Some(Duration::from_secs(10)),
+        }
+    }
+
+    /// A closure that wraps a kube error with what was being done.
+    pub fn kube(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Self {
+        let action = action.into();
+        move |source| Self::Kube { action, source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_invalid_spec_waits_for_an_edit_and_has_a_fixed_category() {
+        let error = Error::InvalidSpec {
+            group: "default/x".into(),
+            reason: "bad".into(),
+        };
+        assert_eq!(error.category(), "InvalidSpec");
+        assert_eq!(error.retry_after(), None);
+    }
+
+    #[test]
+    fn a_conflict_is_transient() {
+        let status = kube::core::Status::failure("conflict", "Conflict").with_code(409);
+        let error = Error::Kube {
+            action: "apply".into(),
+            source: kube::Error::Api(Box::new(status)),
+        };
+        assert_eq!(error.category(), "Conflict");
+        assert!(error.retry_after().is_some());
+    }
+}

@@ -1,0 +1,268 @@
+//! Member phase, derived from the member Pod alone (pure).
+//!
+//! The agent writes Pod conditions (`hcomm.io/verified`, `weights-synced`, `joined`,
+//! `member-ready`, `drained`); the operator writes the drain-request annotation. This module
+//! turns one Pod into an [`ObservedMember`], the planner's view of it. Nothing here does I/O.
+
+use hcomm_crds::MemberPhase;
+use hcomm_crds::contract::{
+    ANNOTATION_DEVICES, ANNOTATION_DRAIN_REQUESTED, LABEL_EPOCH, LABEL_MEMBER_INDEX, POD_DRAINED,
+    POD_JOINED, POD_MEMBER_READY, POD_VERIFIED, POD_WEIGHTS_SYNCED,
+};
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::jiff::Timestamp;
+
+/// Reasons on `hcomm.io/joined=False` that mean the member will never join; any
+/// `hcomm.io/verified=False` is terminal as well.
+pub const TERMINAL_JOIN_REASONS: &[&str] = &[
+    "JoinFailed",
+    "NicUnreachable",
+    "DeviceMismatch",
+    "VersionMismatch",
+    "ShmTooSmall",
+    "EpochRejected",
+];
+
+/// The planner's view of one member Pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObservedMember {
+    /// The Pod name.
+    pub name: String,
+    /// The member index (label `hcomm.io/member-index`).
+    pub index: i32,
+    /// The epoch the member was planned at (label `hcomm.io/epoch`).
+    pub epoch: i64,
+    /// The node (`spec.nodeName`).
+    pub node: Option<String>,
+    /// Physical device ids (annotation `hcomm.io/devices`), in local-rank order.
+    pub devices: Vec<i32>,
+    /// The derived phase.
+    pub phase: MemberPhase,
+    /// Verification or joining failed for good (the member must be replaced).
+    pub failed: bool,
+    /// Why, when the member is failed or stuck.
+    pub message: Option<String>,
+    /// When the operator asked the member to drain.
+    pub drain_requested_at: Option<Timestamp>,
+    /// The agent reported `hcomm.io/drained=True`.
+    pub drained: bool,
+    /// The readiness gate `hcomm.io/member-ready` is True.
+    pub serving: bool,
+    /// The Pod has a deletion timestamp.
+    pub deleting: bool,
+    /// The Pod phase is Running.
+    pub running: bool,
+    /// When the Pod was created.
+    pub created_at: Option<Timestamp>,
+}
+
+impl ObservedMember {
+    /// Whether the member belongs to the planned member set (not on its way out).
+    pub fn in_set(&self) -> bool {
+        self.drain_requested_at.is_none() && !self.deleting
+    }
+}
+
+/// Reads a member Pod; `None` when it lacks the member-index label (not a member).
+pub fn observe(pod: &Pod) -> Option<ObservedMember> {
+    let meta = &pod.metadata;
+    let labels = meta.labels.as_ref()?;
+    let index = labels.get(LABEL_MEMBER_INDEX)?.parse().ok()?;
+    let epoch = labels
+        .get(LABEL_EPOCH)
+        .and_then(|e| e.parse().ok())
+        .unwrap_or(0);
+    let annotations = meta.annotations.clone().unwrap_or_default();
+    let devices = annotations
+        .get(ANNOTATION_DEVICES)
+        .map(|d| parse_devices(d))
+        .unwrap_or_default();
+    let drain_requested_at = annotations
+        .get(ANNOTATION_DRAIN_REQUESTED)
+        .map(|t| t.parse().unwrap_or(Timestamp::UNIX_EPOCH));
+    let conditions: &[PodCondition] = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    let pod_phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    let running = pod_phase == Some("Running");
+    let (mut phase, mut failed, mut message) =
+        derive_phase(conditions, running, drain_requested_at.is_some());
+    // A Pod that terminated (evicted, crashed with restartPolicy Never) never comes back:
+    // the member is failed and gets replaced.
+    if let Some(ended @ ("Failed" | "Succeeded")) = pod_phase {
+        failed = true;
+        message.get_or_insert_with(|| format!("the Pod is {ended}"));
+        if drain_requested_at.is_none() {
+            phase = MemberPhase::Failed;
+        }
+    }
+    Some(ObservedMember {
+        name: meta.name.clone()?,
+        index,
+        epoch,
+        node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        devices,
+        phase,
+        failed,
+        message,
+        drain_requested_at,
+        drained: status_of(conditions, POD_DRAINED) == Some("True"),
+        serving: status_of(conditions, POD_MEMBER_READY) == Some("True"),
+        deleting: meta.deletion_timestamp.is_some(),
+        running,
+        created_at: meta.creation_timestamp.as_ref().map(|t| t.0),
+    })
+}
+
+/// Parses the `hcomm.io/devices` annotation (`"0,1,2"`).
+pub fn parse_devices(value: &str) -> Vec<i32> {
+    value
+        .split(',')
+        .filter_map(|d| d.trim().parse().ok())
+        .collect()
+}
+
+/// The phase from the Pod conditions, whether the Pod runs, and whether a drain was
+/// requested. Returns (phase, failed, message).
+///
+/// Order matters: a drain request wins (Draining → Leaving); then failure (verified False,
+/// or joined False with a terminal reason); then the readiness gate; then the forward
+/// phases Pending → Verifying → Syncing → Joining.
+pub fn derive_phase(
+    conditions: &[PodCondition],
+    running: bool,
+    drain_requested: bool,
+) -> (MemberPhase, bool, Option<String>) {
+    let verified = find(conditions, POD_VERIFIED);
+    let joined = find(conditions, POD_JOINED);
+    let failure = match (verified, joined) {
+        (Some(v), _) if v.status == "False" => Some(v),
+        (_, Some(j))
+            if j.status == "False"
+                && TERMINAL_JOIN_REASONS.contains(&j.reason.as_deref().unwrap_or_default()) =>
+        {
+            Some(j)
+        }
+        _ => None,
+    };
+    let failed = failure.is_some();
+    let message = failure.map(describe);
+    if drain_requested {
+        let phase = if status_of(conditions, POD_DRAINED) == Some("True") {
+            MemberPhase::Leaving
+        } else {
+            MemberPhase::Draining
+        };
+        return (phase, failed, message);
+    }
+    if failed {
+        return (MemberPhase::Failed, true, message);
+    }
+    let phase = if status_of(conditions, POD_MEMBER_READY) == Some("True") {
+        MemberPhase::Ready
+    } else if !running {
+        MemberPhase::Pending
+    } else if status_of(conditions, POD_VERIFIED) != Some("True") {
+        MemberPhase::Verifying
+    } else if status_of(conditions, POD_WEIGHTS_SYNCED) != Some("True") {
+        MemberPhase::Syncing
+    } else {
+        MemberPhase::Joining
+    };
+    (phase, false, None)
+}
+
+fn find<'a>(conditions: &'a [PodCondition], type_: &str) -> Option<&'a PodCondition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn status_of<'a>(conditions: &'a [PodCondition], type_: &str) -> Option<&'a str> {
+    find(conditions, type_).map(|c| c.status.as_str())
+}
+
+fn describe(condition: &PodCondition) -> String {
+    format!(
+        "{} is False ({}): {}",
+        condition.type_,
+        condition.reason.as_deref().unwrap_or("NoReason"),
+        condition.message.as_deref().unwrap_or("")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cond(type_: &str, status: &str, reason: &str) -> PodCondition {
+        PodCondition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: Some(reason.into()),
+            ..PodCondition::default()
+        }
+    }
+
+    #[test]
+    fn a_pod_that_does_not_run_is_pending() {
+        assert_eq!(derive_phase(&[], false, false).0, MemberPhase::Pending);
+    }
+
+    #[test]
+    fn phases_follow_the_agent_conditions_forward() {
+        let mut c = vec![];
+        assert_eq!(derive_phase(&c, true, false).0, MemberPhase::Verifying);
+        c.push(cond(POD_VERIFIED, "True", "Verified"));
+        assert_eq!(derive_phase(&c, true, false).0, MemberPhase::Syncing);
+        c.push(cond(POD_WEIGHTS_SYNCED, "True", "Synced"));
+        assert_eq!(derive_phase(&c, true, false).0, MemberPhase::Joining);
+        c.push(cond(POD_JOINED, "True", "Joined"));
+        assert_eq!(derive_phase(&c, true, false).0, MemberPhase::Joining);
+        c.push(cond(POD_MEMBER_READY, "True", "Ready"));
+        assert_eq!(derive_phase(&c, true, false).0, MemberPhase::Ready);
+        assert_eq!(derive_phase(&c, true, true).0, MemberPhase::Draining);
+        c.push(cond(POD_DRAINED, "True", "Drained"));
+        assert_eq!(derive_phase(&c, true, true).0, MemberPhase::Leaving);
+    }
+
+    #[test]
+    fn verified_false_is_failed_with_the_agent_reason_in_the_message() {
+        let c = vec![cond(POD_VERIFIED, "False", "NicUnreachable")];
+        let (phase, failed, message) = derive_phase(&c, true, false);
+        assert_eq!(phase, MemberPhase::Failed);
+        assert!(failed);
+        assert!(message.unwrap().contains("NicUnreachable"));
+    }
+
+    #[test]
+    fn joined_false_is_failed_only_for_terminal_reasons() {
+        let verified = cond(POD_VERIFIED, "True", "Verified");
+        let synced = cond(POD_WEIGHTS_SYNCED, "True", "Synced");
+        let waiting = vec![
+            verified.clone(),
+            synced.clone(),
+            cond(POD_JOINED, "False", "Joining"),
+        ];
+        assert_eq!(derive_phase(&waiting, true, false).0, MemberPhase::Joining);
+        let broken = vec![verified, synced, cond(POD_JOINED, "False", "JoinFailed")];
+        assert_eq!(derive_phase(&broken, true, false).0, MemberPhase::Failed);
+    }
+
+    #[test]
+    fn a_terminated_pod_is_a_failed_member() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "g-0-e1", "labels": {LABEL_MEMBER_INDEX: "0", LABEL_EPOCH: "1"}},
+            "status": {"phase": "Failed"}
+        }))
+        .unwrap();
+        let member = observe(&pod).unwrap();
+        assert_eq!((member.phase, member.failed), (MemberPhase::Failed, true));
+        assert_eq!(member.message.as_deref(), Some("the Pod is Failed"));
+    }
+
+    #[test]
+    fn device_annotation_parses_in_local_rank_order() {
+        assert_eq!(parse_devices("3, 1,x,2"), vec![3, 1, 2]);
+    }
+}

@@ -1,0 +1,375 @@
+//! Planner tests: rules as examples, then a seeded simulation that plays the operator,
+//! the agent and the user against each other and checks the invariants after every step.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use hcomm_crds::{MemberPhase, ScalingStrategy};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+use crate::phase::ObservedMember;
+
+fn node(name: &str, switch: &str, devices: i32) -> NodeInventory {
+    NodeInventory {
+        name: name.into(),
+        topology: hcomm_crds::TopologyLabels {
+            super_pod: Some("sp".into()),
+            rack: Some("r".into()),
+            switch: Some(switch.into()),
+        },
+        data_address: None,
+        devices: (0..devices)
+            .map(|id| Device {
+                id,
+                ip: None,
+                healthy: true,
+            })
+            .collect(),
+    }
+}
+
+fn desired(replicas: i32, dpm: i32) -> Desired {
+    Desired {
+        group: "g".into(),
+        replicas,
+        devices_per_member: dpm,
+        strategy: ScalingStrategy::Incremental,
+        max_joining: 4,
+        max_unavailable: 1,
+        drain_timeout: SignedDuration::from_secs(60),
+        deleting: false,
+    }
+}
+
+/// A tiny cluster: the stored Pods, the recorded epoch, and time.
+struct World {
+    members: Vec<ObservedMember>,
+    recorded: Recorded,
+    nodes: Vec<NodeInventory>,
+    now: Timestamp,
+}
+
+impl World {
+    fn new(nodes: Vec<NodeInventory>) -> Self {
+        Self {
+            members: Vec::new(),
+            recorded: Recorded::default(),
+            nodes,
+            now: Timestamp::from_second(1_000_000).unwrap(),
+        }
+    }
+
+    fn input(&self, desired: &Desired) -> PlanInput {
+        let mut used: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
+        for m in &self.members {
+            if let Some(n) = &m.node {
+                used.entry(n.clone()).or_default().extend(&m.devices);
+            }
+        }
+        PlanInput {
+            desired: desired.clone(),
+            members: self.members.clone(),
+            nodes: self.nodes.clone(),
+            used_devices: used,
+            recorded: self.recorded.clone(),
+            avoid_nodes: BTreeSet::new(),
+            now: self.now,
+        }
+    }
+
+    /// Carries a plan out the way `apply` does: Pods, drain requests, deletions, record.
+    fn apply(&mut self, plan: &Plan) {
+        for j in plan.joiners() {
+            self.members.push(ObservedMember {
+                name: j.name.clone(),
+                index: j.index,
+                epoch: plan.epoch,
+                node: Some(j.node.clone()),
+                devices: j.devices.clone(),
+                phase: MemberPhase::Pending,
+                failed: false,
+                message: None,
+                drain_requested_at: None,
+                drained: false,
+                serving: false,
+                deleting: false,
+                running: false,
+                created_at: Some(self.now),
+            });
+        }
+        for name in &plan.drain {
+            let m = self.members.iter_mut().find(|m| &m.name == name).unwrap();
+            m.drain_requested_at.get_or_insert(self.now);
+            m.phase = MemberPhase::Draining;
+        }
+        let deleted: BTreeSet<&String> = plan.delete.iter().map(|r| &r.name).collect();
+        self.members.retain(|m| !deleted.contains(&m.name));
+        self.recorded = Recorded {
+            epoch: plan.epoch,
+            members: plan.members.iter().map(|m| m.name.clone()).collect(),
+        };
+    }
+
+    /// The agent: members move forward, draining ones drain.
+    fn agent_step(&mut self, rng: &mut StdRng) {
+        for m in &mut self.members {
+            if !rng.random_bool(0.6) {
+                continue;
+            }
+            if m.drain_requested_at.is_some() {
+                m.serving = false;
+                m.drained = m.running && rng.random_bool(0.7);
+            } else if !m.failed {
+                m.running = true;
+                if rng.random_bool(0.05) {
+                    m.failed = true;
+                    m.phase = MemberPhase::Failed;
+                } else {
+                    m.serving = true;
+                    m.phase = MemberPhase::Ready;
+                }
+            }
+        }
+        self.now += SignedDuration::from_secs(rng.random_range(1..30));
+    }
+}
+
+#[test]
+fn a_new_group_gets_members_in_topology_order_at_epoch_one() {
+    let mut world = World::new(vec![node("b", "s1", 4), node("a", "s0", 4)]);
+    let plan = plan(&world.input(&desired(3, 2)));
+    assert_eq!(plan.epoch, 1);
+    assert!(plan.changed);
+    let placed: Vec<(&str, Vec<i32>)> = plan
+        .members
+        .iter()
+        .map(|m| (m.node.as_str(), m.devices.clone()))
+        .collect();
+    assert_eq!(
+        placed,
+        vec![("a", vec![0, 1]), ("a", vec![2, 3]), ("b", vec![0, 1])]
+    );
+    assert_eq!(plan.members[2].name, "g-2-e1");
+    world.apply(&plan);
+    let again = super::plan(&world.input(&desired(3, 2)));
+    assert_eq!(again.epoch, 1);
+    assert!(!again.changed && again.drain.is_empty() && again.joiners().count() == 0);
+}
+
+#[test]
+fn scale_out_keeps_existing_members_and_bumps_the_epoch_once() {
+    let mut world = World::new(vec![node("a", "s0", 8)]);
+    world.apply(&plan(&world.input(&desired(2, 2))));
+    let before: Vec<_> = world.members.clone();
+    let grow = plan(&world.input(&desired(4, 2)));
+    assert_eq!(grow.epoch, 2);
+    assert_eq!(
+        grow.joiners().map(|j| j.index).collect::<Vec<_>>(),
+        vec![2, 3]
+    );
+    for m in &before {
+        let kept = grow.members.iter().find(|p| p.name == m.name).unwrap();
+        assert_eq!((kept.index, &kept.devices), (m.index, &m.devices));
+    }
+    world.apply(&grow);
+    assert_eq!(plan(&world.input(&desired(4, 2))).epoch, 2);
+}
+
+#[test]
+fn scale_in_drains_the_highest_index_and_deletes_it_only_once_drained() {
+    let mut world = World::new(vec![node("a", "s0", 8)]);
+    world.apply(&plan(&world.input(&desired(3, 1))));
+    for m in &mut world.members {
+        m.running = true;
+        m.serving = true;
+    }
+    let shrink = plan(&world.input(&desired(2, 1)));
+    assert_eq!(shrink.drain, vec!["g-2-e1".to_owned()]);
+    assert_eq!(shrink.epoch, 2);
+    assert!(shrink.delete.is_empty());
+    world.apply(&shrink);
+    let waiting = plan(&world.input(&desired(2, 1)));
+    assert!(waiting.delete.is_empty(), "not drained yet");
+    assert_eq!(waiting.epoch, 2);
+    assert!(waiting.recheck_after.is_some());
+    world.members[2].drained = true;
+    let done = plan(&world.input(&desired(2, 1)));
+    assert_eq!(done.delete[0].reason, RemovalReason::Drained);
+}
+
+#[test]
+fn a_drain_that_times_out_is_deleted_with_that_reason() {
+    let mut world = World::new(vec![node("a", "s0", 8)]);
+    world.apply(&plan(&world.input(&desired(2, 1))));
+    for m in &mut world.members {
+        m.running = true;
+        m.serving = true;
+    }
+    world.apply(&plan(&world.input(&desired(1, 1))));
+    world.now += SignedDuration::from_secs(61);
+    let late = plan(&world.input(&desired(1, 1)));
+    assert_eq!(late.delete[0].reason, RemovalReason::DrainTimedOut);
+}
+
+#[test]
+fn not_enough_devices_leaves_joiners_unplaced_without_an_epoch_change() {
+    let mut world = World::new(vec![node("a", "s0", 3)]);
+    let first = plan(&world.input(&desired(2, 2)));
+    assert_eq!((first.members.len(), first.unplaced), (1, 1));
+    world.apply(&first);
+    let again = plan(&world.input(&desired(2, 2)));
+    assert_eq!((again.unplaced, again.epoch, again.changed), (1, 1, false));
+}
+
+#[test]
+fn a_failed_member_is_drained_and_replaced_on_another_node() {
+    let mut world = World::new(vec![node("a", "s0", 2), node("b", "s0", 2)]);
+    world.apply(&plan(&world.input(&desired(1, 1))));
+    assert_eq!(world.members[0].node.as_deref(), Some("a"));
+    world.members[0].failed = true;
+    world.members[0].running = true;
+    let replace = plan(&world.input(&desired(1, 1)));
+    assert_eq!(replace.drain, vec!["g-0-e1".to_owned()]);
+    assert_eq!(replace.failed_nodes, BTreeSet::from(["a".to_owned()]));
+    let joiner = replace.joiners().next().unwrap();
+    assert_eq!((joiner.index, joiner.node.as_str()), (0, "b"));
+    world.apply(&replace);
+    let next = plan(&world.input(&desired(1, 1)));
+    assert_eq!(next.delete[0].reason, RemovalReason::NotServing);
+}
+
+#[test]
+fn rebuild_tears_everything_down_before_building_the_new_set() {
+    let mut world = World::new(vec![node("a", "s0", 8)]);
+    let mut d = desired(2, 1);
+    d.strategy = ScalingStrategy::Rebuild;
+    world.apply(&plan(&world.input(&d)));
+    d.replicas = 3;
+    let teardown = plan(&world.input(&d));
+    assert_eq!(teardown.drain.len(), 2);
+    assert_eq!(teardown.joiners().count(), 0);
+    assert_eq!(teardown.epoch, 2);
+    world.apply(&teardown);
+    for m in &mut world.members {
+        m.drained = true;
+    }
+    world.apply(&plan(&world.input(&d)));
+    let rebuild = plan(&world.input(&d));
+    assert_eq!(rebuild.joiners().count(), 3);
+    assert_eq!(rebuild.epoch, 3);
+}
+
+#[test]
+fn deleting_the_group_drains_everyone_and_finishes_when_nothing_is_left() {
+    let mut world = World::new(vec![node("a", "s0", 8)]);
+    world.apply(&plan(&world.input(&desired(2, 1))));
+    let mut d = desired(2, 1);
+    d.deleting = true;
+    let p = plan(&world.input(&d));
+    assert_eq!(p.drain.len(), 2);
+    assert!(!p.finished);
+    world.members.clear();
+    assert!(plan(&world.input(&d)).finished);
+}
+
+/// Property test: random scaling, agent progress, failures and time; after every step no
+/// device is assigned twice, existing members keep index and devices, the epoch moves by
+/// exactly one iff the planned set changes, limits hold, and the group converges.
+#[test]
+fn random_scaling_keeps_every_invariant_and_converges() {
+    for seed in 0..200u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let nodes: Vec<NodeInventory> = (0..rng.random_range(1..5))
+            .map(|i| {
+                node(
+                    &format!("n{i}"),
+                    &format!("s{}", i / 2),
+                    rng.random_range(2..9),
+                )
+            })
+            .collect();
+        let dpm = [1, 2, 4][rng.random_range(0..3)];
+        let mut world = World::new(nodes);
+        let mut d = desired(rng.random_range(0..6), dpm);
+        d.max_joining = rng.random_range(1..4);
+        d.max_unavailable = rng.random_range(1..3);
+        for step in 0..60 {
+            if step < 40 && rng.random_bool(0.15) {
+                d.replicas = rng.random_range(0..6);
+            }
+            let before: BTreeMap<String, (i32, Vec<i32>)> = world
+                .members
+                .iter()
+                .map(|m| (m.name.clone(), (m.index, m.devices.clone())))
+                .collect();
+            let recorded = world.recorded.clone();
+            let p = plan(&world.input(&d));
+            let ctx = format!("seed {seed} step {step}");
+            // Epoch: +1 exactly when the set changes.
+            let names: BTreeSet<String> = p.members.iter().map(|m| m.name.clone()).collect();
+            if names == recorded.members {
+                assert_eq!(p.epoch, recorded.epoch, "{ctx}");
+            } else {
+                assert_eq!(p.epoch, recorded.epoch + 1, "{ctx}");
+            }
+            // Kept members keep index and devices.
+            for m in p.members.iter().filter(|m| !m.joiner) {
+                assert_eq!(before[&m.name], (m.index, m.devices.clone()), "{ctx}");
+            }
+            // Limits.
+            let joining = world
+                .members
+                .iter()
+                .filter(|m| m.in_set() && m.phase.is_joining() && !p.drain.contains(&m.name))
+                .count();
+            assert!(
+                p.joiners().count() + joining <= d.max_joining as usize || p.joiners().count() == 0,
+                "{ctx}"
+            );
+            // Indices unique; each joiner's devices on one node, exactly dpm of them.
+            let indices: BTreeSet<i32> = p.members.iter().map(|m| m.index).collect();
+            assert_eq!(indices.len(), p.members.len(), "{ctx}");
+            for j in p.joiners() {
+                assert_eq!(j.devices.len(), dpm as usize, "{ctx}");
+            }
+            world.apply(&p);
+            // No device held twice on a node.
+            let mut seen = BTreeSet::new();
+            for m in &world.members {
+                for dev in &m.devices {
+                    assert!(seen.insert((m.node.clone(), *dev)), "{ctx}: double {dev}");
+                }
+            }
+            world.agent_step(&mut rng);
+        }
+        // Converge: no more failures, agent keeps going.
+        for m in &mut world.members {
+            m.failed = false;
+        }
+        for _ in 0..40 {
+            let p = plan(&world.input(&d));
+            world.apply(&p);
+            for m in &mut world.members {
+                m.running = true;
+                m.serving = m.drain_requested_at.is_none();
+                m.drained = m.drain_requested_at.is_some();
+                m.phase = if m.serving {
+                    MemberPhase::Ready
+                } else {
+                    MemberPhase::Draining
+                };
+            }
+        }
+        let capacity: usize = world
+            .nodes
+            .iter()
+            .map(|n| n.devices.len() / dpm as usize)
+            .sum();
+        let expected = (d.replicas as usize).min(capacity);
+        assert_eq!(world.members.len(), expected, "seed {seed} converges");
+        let p = plan(&world.input(&d));
+        assert!(!p.changed, "seed {seed} is stable");
+    }
+}

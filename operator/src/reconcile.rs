@@ -1,0 +1,263 @@
+//! Reconcile: a pipeline — fetch → validate → plan → apply → status — with the cluster
+//! touched only at the ends, a finalizer (`hcomm.io/cleanup`) so deleting a group drains
+//! its members first, and an error policy by kind.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hcomm_crds::{HcommGroup, SubgroupScope};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::apply::{self, Outcome};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::observe::{self, Observed};
+use crate::planner::{self, Desired, Plan, PlanInput};
+use crate::{events, status};
+
+/// The finalizer that makes deletion drain the members first.
+pub const FINALIZER: &str = "hcomm.io/cleanup";
+
+/// Reconciles one `HcommGroup`.
+pub async fn reconcile(group: Arc<HcommGroup>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    ctx.metrics.reconciles.inc();
+    let span = info_span!(
+        "reconcile",
+        namespace = %group.namespace().unwrap_or_default(),
+        group = %group.name_any(),
+        epoch = tracing::field::Empty,
+    );
+    let result = pipeline(&group, &ctx).instrument(span).await;
+    ctx.metrics
+        .duration
+        .observe(started.elapsed().as_secs_f64());
+    result
+}
+
+/// Error policy: an invalid spec waits for an edit; anything else retries soon.
+pub fn error_policy(group: Arc<HcommGroup>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics
+        .errors
+        .with_label_values(&[error.category()])
+        .inc();
+    warn!(group = %group.name_any(), category = error.category(), %error, "reconcile failed");
+    match error.retry_after() {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    }
+}
+
+async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
+    let deleting = group.meta().deletion_timestamp.is_some();
+    if !deleting && !group.finalizers().iter().any(|f| f == FINALIZER) {
+        add_finalizer(ctx, group).await?;
+    }
+    let observed = observe::fetch(ctx, group).await?;
+    let now = Timestamp::now();
+    let invalid = validate(group).err();
+    let input = plan_input(group, &observed, invalid.is_some() && !deleting, now);
+    let plan = planner::plan(&input);
+    tracing::Span::current().record("epoch", plan.epoch);
+    let outcome = apply::apply(ctx, group, &observed, &plan).await?;
+    update_status(
+        ctx,
+        group,
+        &observed,
+        &plan,
+        &outcome,
+        invalid.as_deref(),
+        now,
+    )
+    .await?;
+    if deleting {
+        if plan.finished {
+            remove_finalizer(ctx, group).await?;
+            ctx.metrics
+                .forget_group(&group.namespace().unwrap_or_default(), &group.name_any());
+            info!("members gone; finalizer removed");
+            return Ok(Action::await_change());
+        }
+        return Ok(Action::requeue(Duration::from_secs(2)));
+    }
+    if invalid.is_some() {
+        return Ok(Action::await_change());
+    }
+    Ok(next_action(&plan, &outcome))
+}
+
+/// Checks what the schema cannot: subgroup sizes.
+pub fn validate(group: &HcommGroup) -> std::result::Result<(), String> {
+    let dpm = group.spec.devices_per_member;
+    for subgroup in &group.spec.subgroups {
+        if subgroup.scope == SubgroupScope::Member
+            && let Some(size) = subgroup.size
+            && (size <= 0 || dpm % size != 0)
+        {
+            return Err(format!(
+                "subgroup {:?} of scope Member has size {size}, which does not divide devicesPerMember {dpm}",
+                subgroup.name
+            ));
+        }
+    }
+    if group.spec.replicas < 0 {
+        return Err("replicas must not be negative".into());
+    }
+    Ok(())
+}
+
+/// The planner input for `group`. An invalid spec keeps the members as they are.
+pub fn plan_input(
+    group: &HcommGroup,
+    observed: &Observed,
+    frozen: bool,
+    now: Timestamp,
+) -> PlanInput {
+    let spec = &group.spec;
+    let in_set = observed.members.iter().filter(|m| m.in_set()).count() as i32;
+    PlanInput {
+        desired: Desired {
+            group: group.name_any(),
+            replicas: if frozen { in_set } else { spec.replicas },
+            devices_per_member: spec.devices_per_member,
+            strategy: spec.scaling.strategy,
+            max_joining: spec.scaling.max_joining,
+            max_unavailable: spec.scaling.max_unavailable,
+            drain_timeout: SignedDuration::from_secs(spec.scaling.drain_timeout_seconds.into()),
+            deleting: group.meta().deletion_timestamp.is_some(),
+        },
+        members: observed.members.clone(),
+        nodes: observed.nodes.clone(),
+        used_devices: observed.used_devices.clone(),
+        recorded: observed.recorded.clone(),
+        avoid_nodes: observe::avoid_nodes(group).into_iter().collect(),
+        now,
+    }
+}
+
+async fn update_status(
+    ctx: &Context,
+    group: &HcommGroup,
+    observed: &Observed,
+    plan: &Plan,
+    outcome: &Outcome,
+    invalid: Option<&str>,
+    now: Timestamp,
+) -> Result<()> {
+    let next = status::build(status::StatusInput {
+        group,
+        members: &observed.members,
+        plan,
+        outcome,
+        nodes: &observed.nodes,
+        invalid,
+        now,
+    });
+    let previous = group.status.clone().unwrap_or_default();
+    let namespace = group.namespace().unwrap_or_default();
+    let phases: Vec<_> = next.members.iter().map(|m| m.phase).collect();
+    ctx.metrics
+        .set_members(&namespace, &group.name_any(), &phases);
+    for member in &observed.members {
+        let was_ready = previous
+            .members
+            .iter()
+            .any(|m| m.name == member.name && m.phase == hcomm_crds::MemberPhase::Ready);
+        if member.phase == hcomm_crds::MemberPhase::Ready
+            && !was_ready
+            && let Some(created) = member.created_at
+        {
+            let seconds = now.duration_since(created).as_secs_f64().max(0.0);
+            ctx.metrics.scale_to_ready.observe(seconds);
+        }
+    }
+    let notes = events::for_round(&previous, &next, outcome);
+    if next != previous {
+        let api: Api<HcommGroup> = Api::namespaced(ctx.client.clone(), &namespace);
+        status::write(&api, &group.name_any(), &next).await?;
+    }
+    events::publish(ctx, group, notes).await;
+    Ok(())
+}
+
+fn next_action(plan: &Plan, outcome: &Outcome) -> Action {
+    let busy = !outcome.created.is_empty() || !outcome.deleted.is_empty() || !plan.drain.is_empty();
+    let mut after = if busy {
+        Duration::from_secs(30)
+    } else {
+        Duration::from_secs(300)
+    };
+    if plan.unplaced > 0 {
+        after = after.min(Duration::from_secs(10));
+    }
+    if let Some(deadline) = plan.recheck_after {
+        let deadline =
+            Duration::try_from(deadline).unwrap_or_default() + Duration::from_millis(200);
+        after = after.min(deadline);
+    }
+    Action::requeue(after)
+}
+
+async fn add_finalizer(ctx: &Context, group: &HcommGroup) -> Result<()> {
+    let add = |finalizers: &mut Vec<String>| {
+        if !finalizers.iter().any(|f| f == FINALIZER) {
+            finalizers.push(FINALIZER.to_owned());
+        }
+    };
+    patch_finalizers(ctx, group, add, "add finalizer").await
+}
+
+async fn remove_finalizer(ctx: &Context, group: &HcommGroup) -> Result<()> {
+    let remove = |finalizers: &mut Vec<String>| finalizers.retain(|f| f != FINALIZER);
+    match patch_finalizers(ctx, group, remove, "remove finalizer").await {
+        Err(Error::Kube {
+            source: kube::Error::Api(status),
+            ..
+        }) if status.code == 404 => Ok(()),
+        other => other,
+    }
+}
+
+/// Replaces the finalizer list, conditional on the `resourceVersion` just read (a merge
+/// patch carrying `metadata.resourceVersion` conflicts when the object changed meanwhile).
+async fn patch_finalizers(
+    ctx: &Context,
+    group: &HcommGroup,
+    edit: impl Fn(&mut Vec<String>),
+    action: &str,
+) -> Result<()> {
+    let api: Api<HcommGroup> =
+        Api::namespaced(ctx.client.clone(), &group.namespace().unwrap_or_default());
+    // The cached object is stale after this round's own status write: read the latest.
+    let Some(latest) = api
+        .get_opt(&group.name_any())
+        .await
+        .map_err(Error::kube(action))?
+    else {
+        return Ok(());
+    };
+    let mut finalizers = latest.finalizers().to_vec();
+    let before = finalizers.clone();
+    edit(&mut finalizers);
+    if finalizers == before {
+        return Ok(());
+    }
+    let patch = serde_json::json!({
+        "metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": latest.resource_version(),
+        }
+    });
+    api.patch(
+        &group.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(Error::kube(action))?;
+    Ok(())
+}

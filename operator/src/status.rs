@@ -1,0 +1,352 @@
+//! The `HcommGroup` status (pure builder) and its write (server-side apply on the status
+//! subresource).
+//!
+//! `replicas` counts member Pods that exist (any phase but gone), `readyReplicas` those whose
+//! readiness gate is True; `members`, `topology`, `epoch`, `rankTable`, `selector` and the
+//! `Ready` / `Progressing` / `Degraded` conditions follow from the plan and what was observed.
+
+use std::collections::BTreeMap;
+
+use hcomm_crds::conditions::{ConditionStatus, find_condition, set_condition};
+use hcomm_crds::contract::{CONDITION_DEGRADED, CONDITION_PROGRESSING, CONDITION_READY, reasons};
+use hcomm_crds::{
+    GroupPhase, HcommGroup, HcommGroupStatus, MemberPhase, MemberStatus, TopologyEntry,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, Patch, PatchParams};
+
+use crate::apply::{FIELD_MANAGER, Outcome};
+use crate::error::{Error, Result};
+use crate::phase::ObservedMember;
+use crate::planner::{NodeInventory, Plan, RemovalReason, ranks};
+use crate::pod_builder::selector_string;
+use crate::rank_table::config_map_name;
+
+/// How long a `DrainTimedOut` stays on the `Degraded` condition when nothing else is wrong.
+const DRAIN_TIMEOUT_STICKS: SignedDuration = SignedDuration::from_mins(10);
+
+/// What the status is computed from.
+#[derive(Debug, Clone, Copy)]
+pub struct StatusInput<'a> {
+    /// The group as fetched.
+    pub group: &'a HcommGroup,
+    /// Its member Pods as observed before applying the plan.
+    pub members: &'a [ObservedMember],
+    /// The plan.
+    pub plan: &'a Plan,
+    /// What applying it did.
+    pub outcome: &'a Outcome,
+    /// Node inventories.
+    pub nodes: &'a [NodeInventory],
+    /// Why the spec is invalid, when it is.
+    pub invalid: Option<&'a str>,
+    /// The current time.
+    pub now: Timestamp,
+}
+
+/// Computes the next status.
+pub fn build(input: StatusInput<'_>) -> HcommGroupStatus {
+    let group = input.group;
+    let name = group.metadata.name.clone().unwrap_or_default();
+    let generation = group.metadata.generation;
+    let previous = group.status.clone().unwrap_or_default();
+    let dpm = group.spec.devices_per_member;
+    let weights = group.spec.weights.as_ref().map(|w| w.version.clone());
+    let since: BTreeMap<&str, (MemberPhase, Option<Time>)> = previous
+        .members
+        .iter()
+        .map(|m| (m.name.as_str(), (m.phase, m.phase_since.clone())))
+        .collect();
+    let data_ip = |node: &Option<String>| {
+        let node = node.as_deref()?;
+        input
+            .nodes
+            .iter()
+            .find(|n| n.name == node)
+            .and_then(|n| n.data_address.clone())
+    };
+
+    let mut members: Vec<MemberStatus> = Vec::new();
+    for m in input.members {
+        if input.outcome.deleted.iter().any(|r| r.name == m.name) {
+            continue;
+        }
+        let phase = if input.outcome.drain_requested.contains(&m.name) {
+            MemberPhase::Draining
+        } else {
+            m.phase
+        };
+        members.push(MemberStatus {
+            name: m.name.clone(),
+            index: m.index,
+            node: m.node.clone(),
+            ranks: ranks::rank_range(m.index, dpm),
+            device_ids: m.devices.clone(),
+            data_ip: data_ip(&m.node),
+            phase,
+            phase_since: phase_since(&since, &m.name, phase, input.now),
+            epoch: m.epoch,
+            weights_version: matches!(
+                phase,
+                MemberPhase::Joining | MemberPhase::Ready | MemberPhase::Draining
+            )
+            .then(|| weights.clone())
+            .flatten(),
+            message: m.message.clone(),
+        });
+    }
+    for joiner in input.plan.joiners() {
+        if !input.outcome.created.contains(&joiner.name) {
+            continue;
+        }
+        members.push(MemberStatus {
+            name: joiner.name.clone(),
+            index: joiner.index,
+            node: Some(joiner.node.clone()),
+            ranks: ranks::rank_range(joiner.index, dpm),
+            device_ids: joiner.devices.clone(),
+            data_ip: data_ip(&Some(joiner.node.clone())),
+            phase: MemberPhase::Pending,
+            phase_since: Some(Time(input.now)),
+            epoch: input.plan.epoch,
+            weights_version: None,
+            message: None,
+        });
+    }
+    members.sort_by(|a, b| (a.index, &a.name).cmp(&(b.index, &b.name)));
+
+    let topology = topology(input, dpm);
+    let replicas = members.len() as i32;
+    let ready = members
+        .iter()
+        .filter(|m| m.phase == MemberPhase::Ready)
+        .count() as i32;
+    let desired = if group.metadata.deletion_timestamp.is_some() {
+        0
+    } else {
+        group.spec.replicas
+    };
+    let joining = members.iter().filter(|m| m.phase.is_joining()).count();
+    let leaving = members
+        .iter()
+        .filter(|m| m.phase.is_leaving() || m.phase == MemberPhase::Failed)
+        .count();
+
+    let mut conditions = previous.conditions.clone();
+    let now = Time(input.now);
+    let all_ready = ready == desired && replicas == desired && input.plan.unplaced == 0;
+    let progress_reason = if leaving > 0 && joining == 0 {
+        reasons::SCALING_IN
+    } else {
+        reasons::SCALING_OUT
+    };
+    let ready_message = format!("{ready}/{desired} members ready");
+    if all_ready {
+        set(
+            &mut conditions,
+            CONDITION_READY,
+            true,
+            reasons::ALL_MEMBERS_READY,
+            ready_message,
+            generation,
+            &now,
+        );
+    } else {
+        set(
+            &mut conditions,
+            CONDITION_READY,
+            false,
+            progress_reason,
+            ready_message,
+            generation,
+            &now,
+        );
+    }
+    if joining > 0 || leaving > 0 || input.plan.unplaced > 0 {
+        let message = format!(
+            "epoch {}: {joining} joining, {leaving} leaving, {} waiting for capacity",
+            input.plan.epoch, input.plan.unplaced
+        );
+        set(
+            &mut conditions,
+            CONDITION_PROGRESSING,
+            true,
+            progress_reason,
+            message,
+            generation,
+            &now,
+        );
+    } else {
+        let message = format!("epoch {}: membership matches the spec", input.plan.epoch);
+        set(
+            &mut conditions,
+            CONDITION_PROGRESSING,
+            false,
+            reasons::STABLE,
+            message,
+            generation,
+            &now,
+        );
+    }
+    let (degraded, reason, message) = degraded(input, &previous);
+    set(
+        &mut conditions,
+        CONDITION_DEGRADED,
+        degraded,
+        reason,
+        message,
+        generation,
+        &now,
+    );
+
+    let phase = if group.metadata.deletion_timestamp.is_some() {
+        GroupPhase::Deleting
+    } else if degraded {
+        GroupPhase::Degraded
+    } else if all_ready {
+        GroupPhase::Ready
+    } else if ready == 0 {
+        GroupPhase::Pending
+    } else {
+        GroupPhase::Scaling
+    };
+    HcommGroupStatus {
+        replicas,
+        ready_replicas: ready,
+        selector: Some(selector_string(&name)),
+        epoch: input.plan.epoch,
+        phase: Some(phase),
+        observed_generation: generation,
+        rank_table: Some(config_map_name(&name)),
+        members,
+        topology,
+        conditions,
+    }
+}
+
+fn set(
+    conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    set_condition(
+        conditions,
+        type_,
+        ConditionStatus::from_bool(status),
+        reason,
+        message,
+        generation,
+        now.clone(),
+    );
+}
+
+fn phase_since(
+    previous: &BTreeMap<&str, (MemberPhase, Option<Time>)>,
+    name: &str,
+    phase: MemberPhase,
+    now: Timestamp,
+) -> Option<Time> {
+    match previous.get(name) {
+        Some((old, since)) if *old == phase && since.is_some() => since.clone(),
+        _ => Some(Time(now)),
+    }
+}
+
+/// Whether the group is degraded, why, and the message.
+fn degraded(input: StatusInput<'_>, previous: &HcommGroupStatus) -> (bool, &'static str, String) {
+    if let Some(invalid) = input.invalid {
+        return (true, reasons::INVALID_SPEC, invalid.to_owned());
+    }
+    let timed_out: Vec<&str> = input
+        .outcome
+        .deleted
+        .iter()
+        .filter(|r| r.reason == RemovalReason::DrainTimedOut)
+        .map(|r| r.name.as_str())
+        .collect();
+    if !timed_out.is_empty() {
+        return (
+            true,
+            reasons::DRAIN_TIMED_OUT,
+            format!(
+                "drain of {} did not finish within {}s; removed anyway",
+                timed_out.join(", "),
+                input.group.spec.scaling.drain_timeout_seconds
+            ),
+        );
+    }
+    if input.plan.unplaced > 0 {
+        return (
+            true,
+            reasons::INSUFFICIENT_CAPACITY,
+            format!(
+                "{} member(s) of {} healthy free device(s) each cannot be placed on any node",
+                input.plan.unplaced, input.group.spec.devices_per_member
+            ),
+        );
+    }
+    if !input.plan.failed.is_empty() {
+        let messages: Vec<String> = input
+            .members
+            .iter()
+            .filter(|m| input.plan.failed.contains(&m.name))
+            .map(|m| format!("{}: {}", m.name, m.message.clone().unwrap_or_default()))
+            .collect();
+        return (true, reasons::VERIFICATION_FAILED, messages.join("; "));
+    }
+    if let Some(c) = find_condition(&previous.conditions, CONDITION_DEGRADED)
+        && c.status == "True"
+        && c.reason == reasons::DRAIN_TIMED_OUT
+        && input.now.duration_since(c.last_transition_time.0) < DRAIN_TIMEOUT_STICKS
+    {
+        return (true, reasons::DRAIN_TIMED_OUT, c.message.clone());
+    }
+    (false, reasons::HEALTHY, "no problem found".to_owned())
+}
+
+/// Rank → device → node map of the planned set.
+fn topology(input: StatusInput<'_>, dpm: i32) -> Vec<TopologyEntry> {
+    let mut entries = Vec::new();
+    for member in &input.plan.members {
+        if member.joiner && !input.outcome.created.contains(&member.name) {
+            continue;
+        }
+        let node = input.nodes.iter().find(|n| n.name == member.node);
+        for (local, device) in member.devices.iter().enumerate() {
+            entries.push(TopologyEntry {
+                rank: member.index * dpm + local as i32,
+                member: member.name.clone(),
+                node: member.node.clone(),
+                device_id: *device,
+                nic: None,
+                data_ip: node.and_then(|n| n.data_address.clone()),
+                super_pod: node.and_then(|n| n.topology.super_pod.clone()),
+                rack: node.and_then(|n| n.topology.rack.clone()),
+                switch: node.and_then(|n| n.topology.switch.clone()),
+            });
+        }
+    }
+    entries
+}
+
+/// Writes `status` with server-side apply (field manager `hcomm-operator`).
+pub async fn write(api: &Api<HcommGroup>, name: &str, status: &HcommGroupStatus) -> Result<()> {
+    let patch = serde_json::json!({
+        "apiVersion": "hcomm.io/v1alpha1",
+        "kind": "HcommGroup",
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::kube(format!("write status of HcommGroup {name}")))?;
+    Ok(())
+}
