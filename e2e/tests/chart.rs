@@ -7,13 +7,14 @@ use std::process::{Command, Output};
 
 use anyhow::{Context, Result, bail};
 use hcomm_e2e::controlplane::{ControlPlane, ControlPlaneOptions, assets};
+use serde::Deserialize;
 use serde_yaml::Value;
 
 const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/hcomm");
 const NAMESPACE: &str = "hcomm-system";
 
 fn helm() -> Result<PathBuf> {
-    Ok(assets::helm().context("finding or building helm")?)
+    assets::helm().context("finding or building helm")
 }
 
 fn output(mut command: Command) -> Result<Output> {
@@ -69,8 +70,6 @@ fn render(extra: &[&str]) -> Result<Vec<Value>> {
     }
     Ok(docs)
 }
-
-use serde::Deserialize;
 
 fn find<'a>(docs: &'a [Value], kind: &str, name_suffix: &str) -> Result<&'a Value> {
     docs.iter()
