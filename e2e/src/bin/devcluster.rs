@@ -21,6 +21,7 @@ commands:
   status   show each component with its pid and health
   down     stop every component (and check none is left)
   build    build or find the binaries (etcd, kube-apiserver, ..., helm) and print their paths
+  kubectl  run the pinned kubectl against the devcluster, e.g. `cargo devcluster kubectl get hcg`
 
 options:
   --state-dir DIR     state folder (default $HCOMM_DEVCLUSTER_DIR or /tmp/hcomm-devcluster)
@@ -94,7 +95,11 @@ async fn main() -> ExitCode {
 }
 
 async fn run() -> anyhow::Result<()> {
-    let args = parse(std::env::args().skip(1))?;
+    let mut raw = std::env::args().skip(1).peekable();
+    if raw.peek().is_some_and(|first| first == "kubectl") {
+        return kubectl(raw.skip(1).collect()).await;
+    }
+    let args = parse(raw)?;
     match args.command.as_str() {
         "up" => up(&args).await,
         "status" => status(&args).await,
@@ -244,5 +249,31 @@ async fn build(args: &Args) -> anyhow::Result<()> {
     // too so CI's build step leaves nothing for the tests to build.
     let helm = tokio::task::spawn_blocking(assets::helm).await??;
     println!("  {:<24} {}", "helm", helm.display());
+    Ok(())
+}
+
+/// Runs the pinned kubectl with the devcluster's kubeconfig, passing every argument on,
+/// so the demo works the same on machines without (or with another) kubectl.
+async fn kubectl(kubectl_args: Vec<String>) -> anyhow::Result<()> {
+    let state_dir = std::env::var_os("HCOMM_DEVCLUSTER_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp/hcomm-devcluster"));
+    let cluster = DevCluster::load(&state_dir)?
+        .filter(DevCluster::any_running)
+        .with_context(|| {
+            format!(
+                "no devcluster runs in {}; run `cargo devcluster up`",
+                state_dir.display()
+            )
+        })?;
+    let binaries = tokio::task::spawn_blocking(|| assets::resolve(Needs::default())).await??;
+    let status = std::process::Command::new(&binaries.kubectl)
+        .args(&kubectl_args)
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .status()
+        .with_context(|| format!("running {}", binaries.kubectl.display()))?;
+    if !status.success() {
+        bail!("kubectl exited with {status}");
+    }
     Ok(())
 }
