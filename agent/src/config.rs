@@ -1,0 +1,122 @@
+//! The agent's configuration (from flags, see [`crate::cli`]) and the one [`Context`] every
+//! agent task receives.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hcomm_crds::{LinkTestResult, TopologyLabels};
+
+use crate::inventory::{Inventory, InventorySources};
+use crate::local_api::Hub;
+use crate::member::weights::WeightsSyncer;
+use crate::metrics::Metrics;
+
+/// Everything `hcomm-agent run` is told.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub node_name: String,
+    /// The node's address on the data network, if configured.
+    pub data_address: Option<IpAddr>,
+    pub management_interface: Option<String>,
+    pub topology: TopologyLabels,
+    pub sources: InventorySources,
+    pub socket_path: PathBuf,
+    pub allowed_uids: Vec<u32>,
+    pub metrics_addr: SocketAddr,
+    /// Port of the link probe on every node's data address.
+    pub probe_port: u16,
+    /// A member's control endpoint listens on `comm_port_base + <its first device id>`.
+    pub comm_port_base: u16,
+    /// Shared by all agents (`--probe-secret-file`).
+    pub probe_secret: Arc<Vec<u8>>,
+    /// Per-group secrets: `<dir>/<namespace>_<group>`; without one the secret is derived
+    /// from the group's UID (authenticates against strangers, not against readers of the
+    /// API).
+    pub group_secret_dir: Option<PathBuf>,
+    pub poll_interval: Duration,
+    pub health_interval: Duration,
+    pub inventory_interval: Duration,
+    pub retry_backoff: Duration,
+    pub shm_min_bytes: u64,
+    /// Where weights land (`<root>/<namespace>/<group>/<version>`).
+    pub weights_root: PathBuf,
+    /// Caps the group's connect timeout for verification probes.
+    pub verify_timeout_cap: Option<Duration>,
+}
+
+impl AgentConfig {
+    /// Defaults for `node`, as documented on the flags.
+    pub fn new(node: impl Into<String>) -> AgentConfig {
+        AgentConfig {
+            node_name: node.into(),
+            data_address: None,
+            management_interface: None,
+            topology: TopologyLabels::default(),
+            sources: InventorySources::default(),
+            socket_path: "/run/hcomm/agent.sock".into(),
+            allowed_uids: Vec::new(),
+            metrics_addr: "0.0.0.0:9464".parse().expect("valid"),
+            probe_port: 29499,
+            comm_port_base: 29600,
+            probe_secret: Arc::new(b"hcomm-probe".to_vec()),
+            group_secret_dir: None,
+            poll_interval: Duration::from_secs(2),
+            health_interval: Duration::from_secs(10),
+            inventory_interval: Duration::from_secs(60),
+            retry_backoff: Duration::from_secs(5),
+            shm_min_bytes: 64 << 20,
+            weights_root: "/var/lib/hcomm/weights".into(),
+            verify_timeout_cap: None,
+        }
+    }
+}
+
+/// What every agent task needs.
+pub struct Context {
+    pub cfg: AgentConfig,
+    pub client: kube::Client,
+    pub metrics: Metrics,
+    pub hub: Hub,
+    pub inventory: tokio::sync::RwLock<Inventory>,
+    pub weights: Arc<dyn WeightsSyncer>,
+    pub recorder: kube::runtime::events::Recorder,
+    /// Latest link tests, published in `HcommNode.status.linkTests`.
+    pub link_tests: Mutex<Vec<LinkTestResult>>,
+    /// Peers (node, data address) of the members on this node, for the health probes.
+    pub peers: Mutex<Vec<(String, String)>>,
+}
+
+impl Context {
+    pub fn new(cfg: AgentConfig, client: kube::Client, weights: Arc<dyn WeightsSyncer>) -> Context {
+        let recorder = kube::runtime::events::Recorder::new(
+            client.clone(),
+            kube::runtime::events::Reporter {
+                controller: crate::FIELD_MANAGER.into(),
+                instance: Some(cfg.node_name.clone()),
+            },
+        );
+        Context {
+            cfg,
+            client,
+            metrics: Metrics::new(),
+            hub: Hub::default(),
+            inventory: tokio::sync::RwLock::new(Inventory::default()),
+            weights,
+            recorder,
+            link_tests: Mutex::new(Vec::new()),
+            peers: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Remembers peers of a member for the health probes.
+    pub fn add_peers(&self, peers: &[(String, String)]) {
+        let mut p = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        for x in peers {
+            if !p.contains(x) {
+                p.push(x.clone());
+            }
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! The facts `diagnose` collects before any check runs. Checks are pure functions over
+//! this struct, so tests inject faults by editing a healthy [`Facts`].
+
+use std::net::IpAddr;
+
+use crate::inventory::nics::Nic;
+use crate::nic::probe::ProbeOutcome;
+use crate::nic::verify::DeviceFacts;
+
+/// Communicator counters read from the agent's `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommCounters {
+    pub created: u64,
+    pub destroyed: u64,
+    pub open: u64,
+}
+
+/// One log line that matched a keyword, with its neighbours.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogMatch {
+    pub file: String,
+    pub line_no: usize,
+    pub keyword: &'static str,
+    pub context: Vec<String>,
+}
+
+/// Everything observed.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    pub nics: Vec<Nic>,
+    pub socket_ifname: Option<String>,
+    pub data_address: Option<IpAddr>,
+    pub management: Option<String>,
+    /// Probes from the chosen data NIC to every peer's agent.
+    pub peer_probes: Vec<ProbeOutcome>,
+    /// The node name of rank 0, if known.
+    pub rank0_peer: Option<String>,
+    /// Whether the communicator port range fits and the local port is free (Err: why not).
+    pub port_check: Option<Result<(), String>>,
+    pub devices: DeviceFacts,
+    /// Device ids the driver reports unhealthy.
+    pub unhealthy_devices: Vec<i32>,
+    pub pod_epoch: Option<u64>,
+    pub rank_table_epoch: Option<u64>,
+    pub group_epoch: Option<u64>,
+    /// `hcomm.io/weights-synced` of the member: None unknown.
+    pub weights_synced: Option<bool>,
+    pub comm: Option<CommCounters>,
+    pub open_fds: Option<u64>,
+    pub fd_limit: Option<u64>,
+    /// NUMA nodes the comm threads may run on (from the CPU affinity), if known.
+    pub process_numa: Vec<i32>,
+    /// Typical message size of the workload, if the user told us.
+    pub message_bytes: Option<u64>,
+    pub log_matches: Vec<LogMatch>,
+}

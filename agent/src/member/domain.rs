@@ -1,0 +1,254 @@
+//! A member's place in its group's control domain on the TCP engine: one endpoint for the
+//! member's life (its links are pooled and reused by every epoch), and one communicator per
+//! epoch, built make-before-break — the next epoch's communicator is initialised beside the
+//! serving one and replaces it only once it is up. Counters track created/destroyed/open.
+//!
+//! The rendezvous needs no out-of-band exchange: the root is the endpoint of rank 0 (from
+//! the rank table, see [`super::ranktable`]) and the session id is derived from the group
+//! secret, the group and the epoch ([`root_id`]).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hcomm_comm::CommError;
+use hcomm_comm::tcp::{BindSpec, CommConfig, Endpoint, EndpointConfig, RootInfo, TcpComm};
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+
+use super::ranktable::ControlPlan;
+use crate::metrics::Metrics;
+
+/// The rendezvous session id of (group, epoch).
+pub fn root_id(secret: &[u8], namespace: &str, group: &str, epoch: u64) -> [u8; 16] {
+    let mut h = Sha256::new();
+    h.update(b"hcomm-root");
+    h.update(secret);
+    h.update(namespace.as_bytes());
+    h.update([0]);
+    h.update(group.as_bytes());
+    h.update(epoch.to_le_bytes());
+    let d = h.finalize();
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&d[..16]);
+    id
+}
+
+/// Timeouts of the domain.
+#[derive(Debug, Clone, Copy)]
+pub struct DomainTimeouts {
+    pub connect: Duration,
+    pub init: Duration,
+    pub op: Duration,
+}
+
+/// One member's endpoint and current communicator.
+pub struct Domain {
+    namespace: String,
+    group: String,
+    secret: Vec<u8>,
+    bind_ip: IpAddr,
+    timeouts: DomainTimeouts,
+    metrics: Metrics,
+    ep: Option<Arc<Endpoint>>,
+    current: watch::Sender<Option<Arc<TcpComm>>>,
+}
+
+impl Domain {
+    pub fn new(
+        namespace: &str,
+        group: &str,
+        secret: Vec<u8>,
+        bind_ip: IpAddr,
+        timeouts: DomainTimeouts,
+        metrics: Metrics,
+    ) -> Domain {
+        Domain {
+            namespace: namespace.into(),
+            group: group.into(),
+            secret,
+            bind_ip,
+            timeouts,
+            metrics,
+            ep: None,
+            current: watch::channel(None).0,
+        }
+    }
+
+    /// The serving communicator, as a watch (the health loop follows it).
+    pub fn watch(&self) -> watch::Receiver<Option<Arc<TcpComm>>> {
+        self.current.subscribe()
+    }
+
+    /// The serving communicator's epoch.
+    pub fn epoch(&self) -> Option<u64> {
+        self.current
+            .borrow()
+            .as_ref()
+            .map(|c| hcomm_comm::Communicator::epoch(c.as_ref()))
+    }
+
+    async fn endpoint(&mut self, port: u16) -> Result<Arc<Endpoint>, CommError> {
+        if let Some(ep) = &self.ep {
+            return Ok(ep.clone());
+        }
+        let mut cfg = EndpointConfig::new(BindSpec::Addr(self.bind_ip), self.secret.clone());
+        cfg.port = port;
+        cfg.connect_timeout = self.timeouts.connect;
+        cfg.socket_buffer = None;
+        let ep = Endpoint::bind(cfg).await?;
+        self.ep = Some(ep.clone());
+        Ok(ep)
+    }
+
+    /// Builds the communicator of `epoch` beside the serving one, then switches to it and
+    /// destroys the old one.
+    pub async fn join(&mut self, plan: &ControlPlan, epoch: u64) -> Result<(), CommError> {
+        let ep = self.endpoint(plan.own_port).await?;
+        let root = RootInfo {
+            addr: plan.root,
+            id: root_id(&self.secret, &self.namespace, &self.group, epoch),
+        };
+        let mut cfg = CommConfig::new(plan.world, plan.rank, root, epoch);
+        cfg.group = format!("{}/{}", self.namespace, self.group);
+        cfg.init_timeout = self.timeouts.init;
+        cfg.op_timeout = self.timeouts.op;
+        cfg.algorithm = Some(hcomm_comm::Algorithm::Auto);
+        let next = TcpComm::init_on(ep, cfg).await?;
+        self.metrics.comm_created.inc();
+        self.metrics.comm_open.inc();
+        let old = self.current.send_replace(Some(Arc::new(next)));
+        if old.is_some() {
+            self.destroyed();
+        }
+        Ok(())
+    }
+
+    fn destroyed(&self) {
+        self.metrics.comm_destroyed.inc();
+        self.metrics.comm_open.dec();
+    }
+
+    /// Leaves: destroys the communicator and closes the endpoint's links.
+    pub fn leave(&mut self) {
+        if self.current.send_replace(None).is_some() {
+            self.destroyed();
+        }
+        self.ep = None;
+    }
+}
+
+impl Drop for Domain {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hcomm_comm::{Communicator, DataType, ReduceOp};
+
+    #[test]
+    fn session_ids_differ_by_epoch_group_and_secret() {
+        let a = root_id(b"s", "ns", "g", 1);
+        assert_ne!(a, root_id(b"s", "ns", "g", 2));
+        assert_ne!(a, root_id(b"s", "ns", "h", 1));
+        assert_ne!(a, root_id(b"t", "ns", "g", 1));
+        assert_eq!(a, root_id(b"s", "ns", "g", 1));
+    }
+
+    fn plan(rank: usize, world: usize, base: u16) -> ControlPlan {
+        ControlPlan {
+            rank,
+            world,
+            root: format!("127.0.0.1:{base}").parse().unwrap(),
+            own_port: base + rank as u16,
+            devices_in_rank_order: vec![rank as i32],
+            peers: vec![],
+        }
+    }
+
+    fn timeouts() -> DomainTimeouts {
+        DomainTimeouts {
+            connect: Duration::from_secs(5),
+            init: Duration::from_secs(10),
+            op: Duration::from_secs(5),
+        }
+    }
+
+    fn free_base() -> u16 {
+        // Two consecutive free ports, found by binding.
+        loop {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let p = l.local_addr().unwrap().port();
+            if p < 65000 && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+                return p;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn members_rendezvous_without_exchanging_root_info_grow_in_place_and_count_communicators()
+    {
+        let m = Metrics::new();
+        let base = free_base();
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let mut a = Domain::new("ns", "g", b"k".to_vec(), lo, timeouts(), m.clone());
+        let mut b = Domain::new("ns", "g", b"k".to_vec(), lo, timeouts(), m.clone());
+        let (p0, p1) = (plan(0, 2, base), plan(1, 2, base));
+        let (ra, rb) = tokio::join!(a.join(&p0, 1), b.join(&p1, 1));
+        ra.unwrap();
+        rb.unwrap();
+        let comm = a.watch().borrow().clone().unwrap();
+        let peer = b.watch().borrow().clone().unwrap();
+        let mut x = 1f32.to_ne_bytes();
+        let mut y = 2f32.to_ne_bytes();
+        let (r1, r2) = tokio::join!(
+            comm.all_reduce(&mut x, DataType::F32, ReduceOp::Sum),
+            peer.all_reduce(&mut y, DataType::F32, ReduceOp::Sum)
+        );
+        r1.unwrap();
+        r2.unwrap();
+        assert_eq!(f32::from_ne_bytes(x), 3.0);
+
+        // Epoch 2: same two members, new communicators beside the old ones; links reused.
+        let links_before = comm.links();
+        let (ra, rb) = tokio::join!(a.join(&p0, 2), b.join(&p1, 2));
+        ra.unwrap();
+        rb.unwrap();
+        assert_eq!(a.epoch(), Some(2));
+        let after = a.watch().borrow().clone().unwrap().links();
+        assert_eq!(
+            links_before[0].conn_id, after[0].conn_id,
+            "the link was reused"
+        );
+        assert_eq!(m.comm_created.get(), 4);
+        assert_eq!(m.comm_destroyed.get(), 2);
+        assert_eq!(m.comm_open.get(), 2);
+        a.leave();
+        b.leave();
+        assert_eq!(m.comm_open.get(), 0);
+        assert_eq!(m.comm_destroyed.get(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_missing_peer_fails_the_join_within_the_init_timeout() {
+        let m = Metrics::new();
+        let base = free_base();
+        let mut t = timeouts();
+        t.init = Duration::from_millis(500);
+        let mut a = Domain::new(
+            "ns",
+            "g",
+            b"k".to_vec(),
+            "127.0.0.1".parse().unwrap(),
+            t,
+            m.clone(),
+        );
+        let start = std::time::Instant::now();
+        let err = a.join(&plan(0, 2, base), 1).await.unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(5), "{err}");
+        assert_eq!(m.comm_created.get(), 0);
+    }
+}

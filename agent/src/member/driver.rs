@@ -1,0 +1,89 @@
+//! The member driver: watches the Pods on this node (field selector `spec.nodeName`) that
+//! carry `hcomm.io/group`, and runs one [`super::task::run_member`] per member, feeding it
+//! the Pod's latest [`MemberSpec`] (None once the Pod is deleted). Malformed Pods are
+//! skipped, not fatal.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use hcomm_crds::contract::LABEL_GROUP;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::watcher;
+use tokio::sync::watch;
+
+use super::spec::{MemberSpec, from_pod};
+use super::task::run_member;
+use crate::config::Context;
+
+/// Runs until `shutdown` resolves.
+pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()>) {
+    let api: Api<Pod> = Api::all(ctx.client.clone());
+    let cfg = watcher::Config::default()
+        .fields(&format!("spec.nodeName={}", ctx.cfg.node_name))
+        .labels(LABEL_GROUP);
+    let mut stream = watcher(api, cfg).boxed();
+    let mut members: HashMap<String, watch::Sender<Option<MemberSpec>>> = HashMap::new();
+    let mut seen_in_init: HashSet<String> = HashSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        let ev = tokio::select! {
+            _ = &mut shutdown => break,
+            ev = stream.next() => ev,
+        };
+        let Some(ev) = ev else { break };
+        match ev {
+            Ok(watcher::Event::Apply(pod)) | Ok(watcher::Event::InitApply(pod)) => {
+                let Some(spec) = from_pod(&pod) else { continue };
+                let key = spec.key();
+                seen_in_init.insert(key.clone());
+                match members.get(&key) {
+                    Some(tx) if !tx.is_closed() => {
+                        tx.send_if_modified(|cur| {
+                            if cur.as_ref() == Some(&spec) {
+                                false
+                            } else {
+                                *cur = Some(spec.clone());
+                                true
+                            }
+                        });
+                    }
+                    _ => {
+                        tracing::info!(pod = %key, group = %spec.group, "member found");
+                        let (tx, rx) = watch::channel(Some(spec));
+                        members.insert(key, tx);
+                        tokio::spawn(run_member(ctx.clone(), rx));
+                    }
+                }
+            }
+            Ok(watcher::Event::Delete(pod)) => {
+                if let Some(spec) = from_pod(&pod)
+                    && let Some(tx) = members.remove(&spec.key())
+                {
+                    tx.send_replace(None);
+                }
+            }
+            Ok(watcher::Event::Init) => seen_in_init.clear(),
+            Ok(watcher::Event::InitDone) => {
+                let gone: Vec<String> = members
+                    .keys()
+                    .filter(|k| !seen_in_init.contains(*k))
+                    .cloned()
+                    .collect();
+                for k in gone {
+                    if let Some(tx) = members.remove(&k) {
+                        tx.send_replace(None);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "pod watch error; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        }
+    }
+    for (_, tx) in members {
+        tx.send_replace(None);
+    }
+}

@@ -1,0 +1,18 @@
+//! The member lifecycle on this node: the Pod watch ([`driver`]) runs a task per member
+//! ([`task`]) that drives the pure state machine ([`state`]) through verification
+//! ([`verify`]), weight sync (the [`weights::WeightsSyncer`] seam), joining the domain
+//! ([`domain`], from the rank table: [`ranktable`], [`group`]) and drain, writing Pod
+//! conditions ([`conditions`]).
+
+pub mod conditions;
+pub mod domain;
+pub mod driver;
+pub mod group;
+pub mod ranktable;
+pub mod spec;
+pub mod state;
+pub mod task;
+pub mod verify;
+pub mod weights;
+
+pub use state::{Action, Event, Phase, step};

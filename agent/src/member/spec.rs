@@ -1,0 +1,180 @@
+//! What the operator planned for a member, read from its Pod (pure): group, index, first
+//! rank, assigned devices, the worker's environment, drain request, deletion.
+
+use hcomm_crds::contract::{
+    ANNOTATION_DEVICES, ANNOTATION_DRAIN_REQUESTED, LABEL_GROUP, LABEL_MEMBER_INDEX, LABEL_RANK,
+};
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::nic::verify::parse_device_list;
+
+/// Environment variables the operator sets on the worker container.
+pub mod env {
+    pub const RANK_ID: &str = "RANK_ID";
+    pub const RANK_SIZE: &str = "RANK_SIZE";
+    pub const LOCAL_RANK_SIZE: &str = "LOCAL_RANK_SIZE";
+    pub const VISIBLE_DEVICES: &str = "ASCEND_VISIBLE_DEVICES";
+    pub const SOCKET_IFNAME: &str = "HCCL_SOCKET_IFNAME";
+    pub const EPOCH: &str = "HCOMM_EPOCH";
+    pub const RANK_TABLE_FILE: &str = "RANK_TABLE_FILE";
+    pub const WEIGHTS_PATH: &str = "HCOMM_WEIGHTS_PATH";
+}
+
+/// A member as planned.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MemberSpec {
+    pub namespace: String,
+    pub pod: String,
+    pub uid: String,
+    pub node: String,
+    pub group: String,
+    pub member_index: Option<u32>,
+    pub first_rank: Option<u32>,
+    /// `hcomm.io/devices` (None when absent or malformed).
+    pub devices: Option<Vec<i32>>,
+    pub visible_devices: Option<Vec<i32>>,
+    pub socket_ifname: Option<String>,
+    pub epoch: Option<u64>,
+    pub rank_size: Option<u32>,
+    pub local_rank_size: Option<u32>,
+    pub rank_table_file: Option<String>,
+    pub weights_path: Option<String>,
+    pub drain_requested: Option<String>,
+    pub deleting: bool,
+}
+
+impl MemberSpec {
+    /// `namespace/pod`, the key of a member everywhere in the agent.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.pod)
+    }
+}
+
+fn num<T: std::str::FromStr>(s: Option<String>) -> Option<T> {
+    s.and_then(|v| v.trim().parse().ok())
+}
+
+/// Reads a member from its Pod; None when the Pod is not a member (no group label).
+pub fn from_pod(pod: &Pod) -> Option<MemberSpec> {
+    let meta = &pod.metadata;
+    let labels = meta.labels.as_ref()?;
+    let group = labels.get(LABEL_GROUP)?.clone();
+    let ann = meta.annotations.clone().unwrap_or_default();
+    let spec = pod.spec.as_ref();
+    // The worker is the first container (the operator's template puts it there).
+    let envs: Vec<(String, String)> = spec
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.env.as_ref())
+        .map(|e| {
+            e.iter()
+                .filter_map(|v| Some((v.name.clone(), v.value.clone()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let env = |k: &str| envs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    Some(MemberSpec {
+        namespace: meta.namespace.clone().unwrap_or_else(|| "default".into()),
+        pod: meta.name.clone().unwrap_or_default(),
+        uid: meta.uid.clone().unwrap_or_default(),
+        node: spec.and_then(|s| s.node_name.clone()).unwrap_or_default(),
+        group,
+        member_index: num(labels.get(LABEL_MEMBER_INDEX).cloned()),
+        first_rank: num(labels.get(LABEL_RANK).cloned()),
+        devices: ann
+            .get(ANNOTATION_DEVICES)
+            .and_then(|d| parse_device_list(d)),
+        visible_devices: env(env::VISIBLE_DEVICES).and_then(|d| parse_device_list(&d)),
+        socket_ifname: env(env::SOCKET_IFNAME).filter(|s| !s.trim().is_empty()),
+        epoch: num(env(env::EPOCH)),
+        rank_size: num(env(env::RANK_SIZE)),
+        local_rank_size: num(env(env::LOCAL_RANK_SIZE)),
+        rank_table_file: env(env::RANK_TABLE_FILE),
+        weights_path: env(env::WEIGHTS_PATH),
+        drain_requested: ann.get(ANNOTATION_DRAIN_REQUESTED).cloned(),
+        deleting: meta.deletion_timestamp.is_some(),
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use super::*;
+    use serde_json::json;
+
+    /// A member Pod as the operator creates it.
+    pub fn member_pod(name: &str, node: &str, devices: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": name, "namespace": "ns1", "uid": "u-1",
+                "labels": { "hcomm.io/group": "g1", "hcomm.io/member-index": "1", "hcomm.io/rank": "2" },
+                "annotations": { "hcomm.io/devices": devices }
+            },
+            "spec": {
+                "nodeName": node,
+                "containers": [{ "name": "worker", "image": "w", "env": [
+                    { "name": "RANK_ID", "value": "2" },
+                    { "name": "RANK_SIZE", "value": "4" },
+                    { "name": "LOCAL_RANK_SIZE", "value": "2" },
+                    { "name": "ASCEND_VISIBLE_DEVICES", "value": devices },
+                    { "name": "HCCL_SOCKET_IFNAME", "value": "data" },
+                    { "name": "HCOMM_EPOCH", "value": "7" },
+                    { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } }
+                ]}]
+            }
+        }))
+        .expect("valid pod")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::member_pod;
+    use super::*;
+
+    #[test]
+    fn a_member_pod_yields_its_plan() {
+        let m = from_pod(&member_pod("w-1", "host-1", "2,3")).unwrap();
+        assert_eq!(m.key(), "ns1/w-1");
+        assert_eq!(m.group, "g1");
+        assert_eq!(m.node, "host-1");
+        assert_eq!(m.member_index, Some(1));
+        assert_eq!(m.first_rank, Some(2));
+        assert_eq!(m.devices, Some(vec![2, 3]));
+        assert_eq!(m.visible_devices, Some(vec![2, 3]));
+        assert_eq!(m.socket_ifname.as_deref(), Some("data"));
+        assert_eq!(m.epoch, Some(7));
+        assert_eq!(m.local_rank_size, Some(2));
+        assert!(m.drain_requested.is_none());
+        assert!(!m.deleting);
+    }
+
+    #[test]
+    fn pods_without_the_group_label_are_not_members() {
+        let mut p = member_pod("w", "n", "0");
+        p.metadata.labels.as_mut().unwrap().remove(LABEL_GROUP);
+        assert!(from_pod(&p).is_none());
+    }
+
+    #[test]
+    fn a_malformed_devices_annotation_is_none_not_a_guess() {
+        let mut p = member_pod("w", "n", "0");
+        p.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(ANNOTATION_DEVICES.into(), "zero".into());
+        assert_eq!(from_pod(&p).unwrap().devices, None);
+    }
+
+    #[test]
+    fn the_drain_annotation_is_read() {
+        let mut p = member_pod("w", "n", "0");
+        p.metadata.annotations.as_mut().unwrap().insert(
+            ANNOTATION_DRAIN_REQUESTED.into(),
+            "2026-11-29T10:00:00Z".into(),
+        );
+        assert_eq!(
+            from_pod(&p).unwrap().drain_requested.as_deref(),
+            Some("2026-11-29T10:00:00Z")
+        );
+    }
+}

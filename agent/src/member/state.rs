@@ -1,0 +1,568 @@
+//! The member lifecycle as a typed state machine (pure): [`Phase`] × [`Event`] →
+//! ([`Phase`], [`Action`]s). The driver ([`super::task`]) performs the actions and feeds
+//! their outcomes back as events; nothing here does I/O, so every path is unit-tested.
+//!
+//! ```text
+//! Pending → Verifying → Syncing → Joining → Ready ─(drain)→ Draining → Leaving → Drained
+//!              │           │         │        └─(new epoch: rejoin beside the old comm)
+//!              └───────────┴─────────┴→ Failed{stage} ─(retry)→ back to that stage
+//! (a drain request before Ready goes straight to Leaving: the gate was never True)
+//! ```
+
+use hcomm_crds::contract::{
+    self, POD_DRAINED, POD_JOINED, POD_MEMBER_READY, POD_VERIFIED, POD_WEIGHTS_SYNCED,
+};
+
+/// Reasons the agent writes on Pod conditions (besides the verification ones in
+/// [`crate::nic::verify::reasons`]).
+pub mod reasons {
+    pub const WEIGHTS_SYNCED: &str = "WeightsSynced";
+    pub const SYNC_FAILED: &str = "SyncFailed";
+    pub const JOINED: &str = "Joined";
+    pub const JOIN_FAILED: &str = "JoinFailed";
+    pub const REJOIN_FAILED: &str = "RejoinFailed";
+    pub const LEFT: &str = "Left";
+    pub const READY: &str = "MemberReady";
+    pub const NOT_READY: &str = "NotReady";
+    pub const DRAINING: &str = "Draining";
+    pub const DRAINED: &str = hcomm_crds::contract::reasons::DRAINED;
+    pub const DRAIN_TIMED_OUT: &str = hcomm_crds::contract::reasons::DRAIN_TIMED_OUT;
+}
+
+/// Which stage failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Verify,
+    Sync,
+    Join,
+}
+
+/// Where a member is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    Pending,
+    Verifying,
+    Syncing,
+    Joining { epoch: u64 },
+    Ready { epoch: u64 },
+    Draining { epoch: u64 },
+    Leaving { timed_out: bool },
+    Drained,
+    Failed { stage: Stage, message: String },
+    Gone,
+}
+
+impl Phase {
+    /// A short fixed name for metrics (`hcomm_agent_members{phase=...}`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Verifying => "Verifying",
+            Phase::Syncing => "Syncing",
+            Phase::Joining { .. } => "Joining",
+            Phase::Ready { .. } => "Ready",
+            Phase::Draining { .. } => "Draining",
+            Phase::Leaving { .. } => "Leaving",
+            Phase::Drained => "Drained",
+            Phase::Failed { .. } => "Failed",
+            Phase::Gone => "Gone",
+        }
+    }
+
+    /// Every phase name, for zero-initialised metrics.
+    pub const NAMES: [&'static str; 10] = [
+        "Pending",
+        "Verifying",
+        "Syncing",
+        "Joining",
+        "Ready",
+        "Draining",
+        "Leaving",
+        "Drained",
+        "Failed",
+        "Gone",
+    ];
+
+    fn is_done(&self) -> bool {
+        matches!(self, Phase::Drained | Phase::Gone)
+    }
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    Start {
+        epoch: u64,
+    },
+    Verified {
+        ok: bool,
+        reason: &'static str,
+        message: String,
+    },
+    WeightsSynced {
+        epoch: u64,
+        message: String,
+    },
+    WeightsFailed {
+        message: String,
+    },
+    Joined {
+        epoch: u64,
+    },
+    JoinFailed {
+        epoch: u64,
+        message: String,
+    },
+    /// The group planned a new epoch that still includes this member.
+    EpochPlanned {
+        epoch: u64,
+    },
+    /// Retry the failed stage (after a backoff the driver chose).
+    Retry {
+        epoch: u64,
+    },
+    DrainRequested,
+    /// The worker reported zero in flight, or the drain timeout passed.
+    DrainFinished {
+        timed_out: bool,
+    },
+    Left,
+    PodGone,
+}
+
+/// A Pod condition to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CondUpdate {
+    pub type_: &'static str,
+    pub status: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// What the worker is told over the local API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerNotice {
+    WeightsReady,
+    DrainRequested,
+    EpochChanged { epoch: u64 },
+}
+
+/// What the driver must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    Condition(CondUpdate),
+    Verify,
+    SyncWeights,
+    /// Build the communicator of `epoch` (beside the current one, if any) and switch to it.
+    Join {
+        epoch: u64,
+    },
+    /// Wait for the worker's in-flight count to reach zero or the drain deadline.
+    AwaitDrain,
+    /// Leave the domain and destroy the communicator.
+    Leave,
+    Notify(WorkerNotice),
+    /// A Kubernetes Event (warning when `warning`).
+    Event {
+        warning: bool,
+        reason: &'static str,
+        message: String,
+    },
+}
+
+fn cond(
+    type_: &'static str,
+    status: bool,
+    reason: &'static str,
+    message: impl Into<String>,
+) -> Action {
+    Action::Condition(CondUpdate {
+        type_,
+        status,
+        reason,
+        message: message.into(),
+    })
+}
+
+/// The transition function. Events that do not apply to a phase leave it unchanged with no
+/// actions (e.g. a late `Verified` after a drain request).
+pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
+    use Event as E;
+    use Phase as P;
+    let same = || (phase.clone(), Vec::new());
+    if phase.is_done() {
+        return same();
+    }
+    match (phase, event) {
+        (_, E::PodGone) => (P::Gone, vec![Action::Leave]),
+        (P::Pending, E::Start { .. }) => (P::Verifying, vec![Action::Verify]),
+        (
+            P::Verifying,
+            E::Verified {
+                ok: true,
+                reason,
+                message,
+            },
+        ) => (
+            P::Syncing,
+            vec![
+                cond(POD_VERIFIED, true, reason, message),
+                Action::SyncWeights,
+            ],
+        ),
+        (
+            P::Verifying,
+            E::Verified {
+                ok: false,
+                reason,
+                message,
+            },
+        ) => (
+            P::Failed {
+                stage: Stage::Verify,
+                message: message.clone(),
+            },
+            vec![
+                cond(POD_VERIFIED, false, reason, message.clone()),
+                cond(
+                    POD_MEMBER_READY,
+                    false,
+                    reasons::NOT_READY,
+                    "verification failed",
+                ),
+                Action::Event {
+                    warning: true,
+                    reason: contract::reasons::VERIFICATION_FAILED,
+                    message: format!("{reason}: {message}"),
+                },
+            ],
+        ),
+        (P::Syncing, E::WeightsSynced { epoch, message }) => (
+            P::Joining { epoch },
+            vec![
+                cond(POD_WEIGHTS_SYNCED, true, reasons::WEIGHTS_SYNCED, message),
+                Action::Notify(WorkerNotice::WeightsReady),
+                Action::Join { epoch },
+            ],
+        ),
+        (P::Syncing, E::WeightsFailed { message }) => (
+            P::Failed {
+                stage: Stage::Sync,
+                message: message.clone(),
+            },
+            vec![cond(
+                POD_WEIGHTS_SYNCED,
+                false,
+                reasons::SYNC_FAILED,
+                message,
+            )],
+        ),
+        (P::Joining { .. }, E::Joined { epoch }) => (
+            P::Ready { epoch },
+            vec![
+                cond(
+                    POD_JOINED,
+                    true,
+                    reasons::JOINED,
+                    format!("joined the domain at epoch {epoch}"),
+                ),
+                cond(
+                    POD_MEMBER_READY,
+                    true,
+                    reasons::READY,
+                    format!("serving at epoch {epoch}"),
+                ),
+            ],
+        ),
+        (P::Joining { .. }, E::JoinFailed { epoch, message }) => (
+            P::Failed {
+                stage: Stage::Join,
+                message: message.clone(),
+            },
+            vec![cond(
+                POD_JOINED,
+                false,
+                reasons::JOIN_FAILED,
+                format!("epoch {epoch}: {message}"),
+            )],
+        ),
+        (P::Joining { .. }, E::EpochPlanned { epoch }) => {
+            (P::Joining { epoch }, vec![Action::Join { epoch }])
+        }
+        (P::Ready { epoch: cur }, E::EpochPlanned { epoch }) if epoch > *cur => (
+            P::Ready { epoch: *cur },
+            vec![
+                Action::Join { epoch },
+                Action::Notify(WorkerNotice::EpochChanged { epoch }),
+            ],
+        ),
+        (P::Ready { epoch: cur }, E::Joined { epoch }) if epoch > *cur => (
+            P::Ready { epoch },
+            vec![cond(
+                POD_JOINED,
+                true,
+                reasons::JOINED,
+                format!("switched to epoch {epoch}"),
+            )],
+        ),
+        (P::Ready { epoch: cur }, E::JoinFailed { epoch, message }) => (
+            P::Ready { epoch: *cur },
+            vec![
+                cond(
+                    POD_JOINED,
+                    true,
+                    reasons::REJOIN_FAILED,
+                    format!("still serving at epoch {cur}; epoch {epoch} failed: {message}"),
+                ),
+                Action::Event {
+                    warning: true,
+                    reason: reasons::REJOIN_FAILED,
+                    message,
+                },
+            ],
+        ),
+        (P::Failed { stage, .. }, E::Retry { epoch }) => match stage {
+            Stage::Verify => (P::Verifying, vec![Action::Verify]),
+            Stage::Sync => (P::Syncing, vec![Action::SyncWeights]),
+            Stage::Join => (P::Joining { epoch }, vec![Action::Join { epoch }]),
+        },
+        (P::Ready { epoch }, E::DrainRequested) => (
+            P::Draining { epoch: *epoch },
+            vec![
+                cond(
+                    POD_MEMBER_READY,
+                    false,
+                    reasons::DRAINING,
+                    "drain requested: no new traffic",
+                ),
+                Action::Notify(WorkerNotice::DrainRequested),
+                Action::AwaitDrain,
+            ],
+        ),
+        (P::Draining { .. } | P::Leaving { .. }, E::DrainRequested) => same(),
+        (_, E::DrainRequested) => (
+            P::Leaving { timed_out: false },
+            vec![
+                cond(
+                    POD_MEMBER_READY,
+                    false,
+                    reasons::DRAINING,
+                    "drain requested before the member served",
+                ),
+                Action::Notify(WorkerNotice::DrainRequested),
+                Action::Leave,
+            ],
+        ),
+        (P::Draining { .. }, E::DrainFinished { timed_out }) => {
+            let mut actions = vec![Action::Leave];
+            if timed_out {
+                actions.push(Action::Event {
+                    warning: true,
+                    reason: reasons::DRAIN_TIMED_OUT,
+                    message: "requests were still in flight at the drain deadline".into(),
+                });
+            }
+            (P::Leaving { timed_out }, actions)
+        }
+        (P::Leaving { timed_out }, E::Left) => {
+            let (reason, msg) = if *timed_out {
+                (
+                    reasons::DRAIN_TIMED_OUT,
+                    "drain timed out with requests in flight; left the domain",
+                )
+            } else {
+                (reasons::DRAINED, "no requests in flight; left the domain")
+            };
+            (
+                P::Drained,
+                vec![
+                    cond(POD_JOINED, false, reasons::LEFT, "left the domain"),
+                    cond(POD_DRAINED, true, reason, msg),
+                ],
+            )
+        }
+        _ => same(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(events: Vec<Event>) -> (Phase, Vec<Action>) {
+        let mut phase = Phase::Pending;
+        let mut all = Vec::new();
+        for e in events {
+            let (p, a) = step(&phase, e);
+            phase = p;
+            all.extend(a);
+        }
+        (phase, all)
+    }
+
+    fn conds(actions: &[Action]) -> Vec<(&'static str, bool)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Condition(c) => Some((c.type_, c.status)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn ok_verify() -> Event {
+        Event::Verified {
+            ok: true,
+            reason: "Verified",
+            message: "ok".into(),
+        }
+    }
+
+    #[test]
+    fn the_happy_path_sets_verified_synced_joined_then_the_gate_in_that_order() {
+        let (phase, actions) = run(vec![
+            Event::Start { epoch: 3 },
+            ok_verify(),
+            Event::WeightsSynced {
+                epoch: 3,
+                message: "256 MiB".into(),
+            },
+            Event::Joined { epoch: 3 },
+        ]);
+        assert_eq!(phase, Phase::Ready { epoch: 3 });
+        assert_eq!(
+            conds(&actions),
+            [
+                (POD_VERIFIED, true),
+                (POD_WEIGHTS_SYNCED, true),
+                (POD_JOINED, true),
+                (POD_MEMBER_READY, true)
+            ]
+        );
+        assert!(actions.contains(&Action::Notify(WorkerNotice::WeightsReady)));
+    }
+
+    #[test]
+    fn a_failed_verification_never_syncs_and_keeps_the_gate_false_until_retried() {
+        let (phase, actions) = run(vec![
+            Event::Start { epoch: 1 },
+            Event::Verified {
+                ok: false,
+                reason: "NicUnreachable",
+                message: "mgmt0 ...".into(),
+            },
+        ]);
+        assert!(matches!(
+            phase,
+            Phase::Failed {
+                stage: Stage::Verify,
+                ..
+            }
+        ));
+        assert!(!actions.contains(&Action::SyncWeights));
+        assert_eq!(
+            conds(&actions),
+            [(POD_VERIFIED, false), (POD_MEMBER_READY, false)]
+        );
+        let (p, a) = step(&phase, Event::Retry { epoch: 1 });
+        assert_eq!(p, Phase::Verifying);
+        assert_eq!(a, [Action::Verify]);
+    }
+
+    #[test]
+    fn drain_turns_the_gate_false_first_then_waits_then_leaves_then_reports_drained() {
+        let (p, a) = step(&Phase::Ready { epoch: 4 }, Event::DrainRequested);
+        assert_eq!(p, Phase::Draining { epoch: 4 });
+        assert_eq!(conds(&a), [(POD_MEMBER_READY, false)], "gate first");
+        assert_eq!(a.last(), Some(&Action::AwaitDrain));
+        let (p, a) = step(&p, Event::DrainFinished { timed_out: false });
+        assert_eq!(a, [Action::Leave]);
+        let (p, a) = step(&p, Event::Left);
+        assert_eq!(p, Phase::Drained);
+        assert_eq!(conds(&a), [(POD_JOINED, false), (POD_DRAINED, true)]);
+    }
+
+    #[test]
+    fn a_timed_out_drain_is_recorded_as_such() {
+        let (p, a) = step(
+            &Phase::Draining { epoch: 1 },
+            Event::DrainFinished { timed_out: true },
+        );
+        assert!(a.iter().any(|x| matches!(
+            x,
+            Action::Event {
+                reason: "DrainTimedOut",
+                ..
+            }
+        )));
+        let (_, a) = step(&p, Event::Left);
+        assert!(
+            a.iter()
+                .any(|x| matches!(x, Action::Condition(c) if c.reason == "DrainTimedOut"))
+        );
+    }
+
+    #[test]
+    fn a_drain_before_ready_skips_waiting() {
+        let (p, a) = step(&Phase::Syncing, Event::DrainRequested);
+        assert_eq!(p, Phase::Leaving { timed_out: false });
+        assert!(a.contains(&Action::Leave));
+        assert!(!a.contains(&Action::AwaitDrain));
+    }
+
+    #[test]
+    fn a_new_epoch_while_ready_rejoins_beside_the_serving_communicator() {
+        let (p, a) = step(&Phase::Ready { epoch: 2 }, Event::EpochPlanned { epoch: 3 });
+        assert_eq!(
+            p,
+            Phase::Ready { epoch: 2 },
+            "keeps serving at the old epoch"
+        );
+        assert_eq!(a[0], Action::Join { epoch: 3 });
+        let (p, a) = step(&p, Event::Joined { epoch: 3 });
+        assert_eq!(p, Phase::Ready { epoch: 3 });
+        assert_eq!(conds(&a), [(POD_JOINED, true)], "the gate is not touched");
+        // A stale epoch is ignored.
+        assert_eq!(step(&p, Event::EpochPlanned { epoch: 2 }).1, []);
+    }
+
+    #[test]
+    fn a_failed_rejoin_keeps_serving_on_the_old_epoch_and_warns() {
+        let (p, a) = step(
+            &Phase::Ready { epoch: 2 },
+            Event::JoinFailed {
+                epoch: 3,
+                message: "timeout".into(),
+            },
+        );
+        assert_eq!(p, Phase::Ready { epoch: 2 });
+        assert!(
+            a.iter()
+                .any(|x| matches!(x, Action::Event { warning: true, .. }))
+        );
+    }
+
+    #[test]
+    fn late_or_foreign_events_change_nothing() {
+        assert_eq!(
+            step(&Phase::Drained, Event::Start { epoch: 1 }),
+            (Phase::Drained, vec![])
+        );
+        assert_eq!(step(&Phase::Pending, ok_verify()), (Phase::Pending, vec![]));
+        assert_eq!(
+            step(&Phase::Draining { epoch: 1 }, Event::DrainRequested),
+            (Phase::Draining { epoch: 1 }, vec![])
+        );
+        assert_eq!(
+            step(&Phase::Ready { epoch: 1 }, Event::PodGone).0,
+            Phase::Gone
+        );
+    }
+
+    #[test]
+    fn every_phase_has_a_metric_name() {
+        for p in [Phase::Pending, Phase::Drained, Phase::Ready { epoch: 0 }] {
+            assert!(Phase::NAMES.contains(&p.name()));
+        }
+    }
+}

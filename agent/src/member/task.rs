@@ -1,0 +1,568 @@
+//! One member's task: feeds events into the state machine ([`super::state::step`]) and
+//! performs the actions it returns — Pod condition writes, verification, weight sync,
+//! joining the domain, waiting for the drain, leaving — then waits for the next change
+//! (Pod update, new epoch in the rank table, retry timer). Every wait is bounded.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event as KubeEvent, EventType};
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use super::conditions;
+use super::domain::{Domain, DomainTimeouts};
+use super::group::{GroupView, fetch_group, fetch_rank_table};
+use super::ranktable::{ControlPlan, RankTable};
+use super::spec::MemberSpec;
+use super::state::{Action, CondUpdate, Event, Phase, WorkerNotice, step};
+use super::verify::verify;
+use super::weights::WeightsRequest;
+use crate::config::Context;
+use crate::error::{Error, Result};
+use crate::local_api::{Assignment, Notice};
+use crate::nic::Chosen;
+
+/// Mutable facts of one member's run.
+struct Run {
+    ctx: Arc<Context>,
+    spec: MemberSpec,
+    phase: Phase,
+    group: GroupView,
+    table: Option<(RankTable, u64)>,
+    chosen: Option<Chosen>,
+    plan: Option<ControlPlan>,
+    domain: Option<Domain>,
+    health: Option<tokio::task::JoinHandle<()>>,
+    drain_seen: bool,
+    failures: u32,
+    weights_path: Option<String>,
+}
+
+/// Runs a member until its Pod is gone. `spec` yields None when the Pod is deleted.
+pub async fn run_member(ctx: Arc<Context>, mut spec: watch::Receiver<Option<MemberSpec>>) {
+    let Some(first) = spec.borrow().clone() else {
+        return;
+    };
+    let span = tracing::info_span!("member", group = %first.group, pod = %first.key(),
+        epoch = tracing::field::Empty, rank = first.first_rank);
+    let mut run = Run {
+        ctx: ctx.clone(),
+        spec: first,
+        phase: Phase::Pending,
+        group: GroupView::default(),
+        table: None,
+        chosen: None,
+        plan: None,
+        domain: None,
+        health: None,
+        drain_seen: false,
+        failures: 0,
+        weights_path: None,
+    };
+    ctx.metrics.phase_change(None, &run.phase);
+    async move {
+        run.main(&mut spec).await;
+        run.stop_health();
+        ctx.metrics
+            .members
+            .with_label_values(&[run.phase.name()])
+            .dec();
+        ctx.hub.remove(&run.spec.key());
+    }
+    .instrument(span)
+    .await;
+}
+
+impl Run {
+    async fn main(&mut self, spec_rx: &mut watch::Receiver<Option<MemberSpec>>) {
+        let mut queue: VecDeque<Event> = VecDeque::new();
+        // The group and rank table must be readable before anything starts.
+        loop {
+            match self.refresh().await {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::info!(error = %e, "waiting for the group and its rank table");
+                    if self
+                        .wait_spec(spec_rx, self.ctx.cfg.poll_interval)
+                        .await
+                        .is_none()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+        queue.push_back(Event::Start {
+            epoch: self.planned_epoch(),
+        });
+        let mut pod_gone = false;
+        loop {
+            while let Some(ev) = queue.pop_front() {
+                self.apply(ev, &mut queue).await;
+            }
+            // A deleted Pod ends the task whatever the phase (a Drained member just exits).
+            if self.phase == Phase::Gone || pod_gone {
+                return;
+            }
+            let wait = match &self.phase {
+                Phase::Failed { .. } => self.ctx.cfg.retry_backoff * 2u32.pow(self.failures.min(3)),
+                _ => self.ctx.cfg.poll_interval,
+            };
+            match self.wait_spec(spec_rx, wait).await {
+                None => {
+                    pod_gone = true;
+                    queue.push_back(Event::PodGone);
+                }
+                Some(true) => {
+                    if (self.spec.drain_requested.is_some() || self.spec.deleting)
+                        && !self.drain_seen
+                    {
+                        self.drain_seen = true;
+                        queue.push_back(Event::DrainRequested);
+                    }
+                }
+                Some(false) => self.on_tick(&mut queue).await,
+            }
+        }
+    }
+
+    /// Waits up to `d` for a Pod change: None when the Pod is gone, Some(true) on a change,
+    /// Some(false) on timeout.
+    async fn wait_spec(
+        &mut self,
+        rx: &mut watch::Receiver<Option<MemberSpec>>,
+        d: Duration,
+    ) -> Option<bool> {
+        match tokio::time::timeout(d, rx.changed()).await {
+            Err(_) => Some(false),
+            Ok(Err(_)) => None,
+            Ok(Ok(())) => {
+                let s = rx.borrow_and_update().clone()?;
+                self.spec = s;
+                Some(true)
+            }
+        }
+    }
+
+    async fn on_tick(&mut self, queue: &mut VecDeque<Event>) {
+        if matches!(
+            self.phase,
+            Phase::Drained | Phase::Leaving { .. } | Phase::Draining { .. }
+        ) {
+            return;
+        }
+        if let Err(e) = self.refresh().await {
+            tracing::debug!(error = %e, "refresh failed; keeping the last rank table");
+        }
+        match &self.phase {
+            Phase::Failed { .. } => queue.push_back(Event::Retry {
+                epoch: self.planned_epoch(),
+            }),
+            Phase::Ready { epoch } if self.planned_epoch() > *epoch && self.in_table() => {
+                queue.push_back(Event::EpochPlanned {
+                    epoch: self.planned_epoch(),
+                });
+            }
+            _ => {}
+        }
+    }
+
+    fn planned_epoch(&self) -> u64 {
+        self.table.as_ref().map_or(self.group.epoch, |(_, e)| *e)
+    }
+
+    fn in_table(&self) -> bool {
+        let (Some((t, _)), Some(devs)) = (&self.table, &self.spec.devices) else {
+            return false;
+        };
+        let ip = self.chosen.as_ref().map(|c| c.ip.to_string());
+        t.server_of(&self.ctx.cfg.node_name, ip.as_deref())
+            .is_some_and(|s| !t.member_ranks(s, devs).is_empty())
+    }
+
+    async fn refresh(&mut self) -> Result<()> {
+        let c = &self.ctx.client;
+        self.group = fetch_group(c, &self.spec.namespace, &self.spec.group).await?;
+        let name = self
+            .group
+            .rank_table
+            .clone()
+            .ok_or_else(|| Error::RankTable {
+                name: format!("{}/{}", self.spec.namespace, self.spec.group),
+                reason: "the group has no status.rankTable yet".into(),
+            })?;
+        self.table = Some(fetch_rank_table(c, &self.spec.namespace, &name).await?);
+        Ok(())
+    }
+
+    async fn apply(&mut self, ev: Event, queue: &mut VecDeque<Event>) {
+        let (next, actions) = step(&self.phase, ev);
+        if next != self.phase {
+            tracing::info!(from = self.phase.name(), to = next.name(), "member phase");
+            self.ctx.metrics.phase_change(Some(&self.phase), &next);
+        }
+        self.phase = next;
+        let mut conds: Vec<CondUpdate> = Vec::new();
+        for a in actions {
+            if !matches!(a, Action::Condition(_)) && !conds.is_empty() {
+                self.write_conditions(std::mem::take(&mut conds)).await;
+            }
+            match a {
+                Action::Condition(c) => conds.push(c),
+                Action::Verify => queue.push_back(self.verify().await),
+                Action::SyncWeights => queue.push_back(self.sync_weights().await),
+                Action::Join { epoch } => queue.push_back(self.join(epoch).await),
+                Action::AwaitDrain => queue.push_back(self.await_drain().await),
+                Action::Leave => {
+                    self.stop_health();
+                    if let Some(mut d) = self.domain.take() {
+                        d.leave();
+                    }
+                    if matches!(self.phase, Phase::Leaving { .. }) {
+                        queue.push_back(Event::Left);
+                    }
+                }
+                Action::Notify(n) => self.notify(n),
+                Action::Event {
+                    warning,
+                    reason,
+                    message,
+                } => self.event(warning, reason, message).await,
+            }
+        }
+        if !conds.is_empty() {
+            self.write_conditions(conds).await;
+        }
+        if let Phase::Failed { .. } = self.phase {
+            self.failures += 1;
+        } else {
+            self.failures = 0;
+        }
+    }
+
+    async fn verify(&mut self) -> Event {
+        let Some((table, _)) = self.table.clone() else {
+            return Event::Verified {
+                ok: false,
+                reason: "NoRankTable",
+                message: "no rank table yet".into(),
+            };
+        };
+        let ifname = self
+            .group
+            .comm
+            .socket_ifname
+            .clone()
+            .or_else(|| self.spec.socket_ifname.clone());
+        let timeout = Duration::from_secs(
+            u64::try_from(self.group.comm.connect_timeout_seconds).unwrap_or(30),
+        );
+        let v = verify(&self.ctx, &self.spec, ifname.as_deref(), timeout, &table).await;
+        self.ctx
+            .metrics
+            .verifications
+            .with_label_values(&[v.verdict.reason])
+            .inc();
+        tracing::info!(ok = v.verdict.ok, reason = v.verdict.reason, message = %v.verdict.message, "verification");
+        if let Some(p) = &v.plan {
+            self.ctx.add_peers(&p.peers);
+        }
+        self.chosen = v.chosen;
+        self.plan = v.plan;
+        if v.verdict.ok {
+            self.publish_assignment();
+        }
+        Event::Verified {
+            ok: v.verdict.ok,
+            reason: v.verdict.reason,
+            message: v.verdict.message,
+        }
+    }
+
+    fn publish_assignment(&self) {
+        let Some(plan) = &self.plan else { return };
+        let world = self.table.as_ref().map_or(0, |(t, _)| t.world()) as u32;
+        let local = plan.devices_in_rank_order.len().max(1) as u32;
+        let a = Assignment {
+            group: self.spec.group.clone(),
+            rank: self.spec.first_rank.unwrap_or((plan.rank as u32) * local),
+            world,
+            local_ranks: local,
+            rank_table_path: self.spec.rank_table_file.clone(),
+            interface: self.chosen.as_ref().map(|c| c.name.clone()),
+            devices: plan.devices_in_rank_order.clone(),
+            weights_path: self.weights_path.clone(),
+            epoch: self.planned_epoch(),
+        };
+        self.ctx
+            .hub
+            .slot(&self.spec.key())
+            .assignment
+            .send_replace(Some(a));
+    }
+
+    async fn sync_weights(&mut self) -> Event {
+        let epoch = self.planned_epoch();
+        let Some(chosen) = self.chosen.clone() else {
+            return Event::WeightsFailed {
+                message: "no verified data interface".into(),
+            };
+        };
+        let version = self
+            .group
+            .weights
+            .as_ref()
+            .map_or("none".to_owned(), |w| w.version.clone());
+        let req = WeightsRequest {
+            namespace: self.spec.namespace.clone(),
+            group: self.spec.group.clone(),
+            pod: self.spec.pod.clone(),
+            node: self.ctx.cfg.node_name.clone(),
+            spec: self.group.weights.clone(),
+            dest: self
+                .ctx
+                .cfg
+                .weights_root
+                .join(&self.spec.namespace)
+                .join(&self.spec.group)
+                .join(version),
+            interface: chosen.name,
+            local_ip: chosen.ip,
+            peers: self
+                .plan
+                .as_ref()
+                .map(|p| p.peers.clone())
+                .unwrap_or_default(),
+            epoch,
+        };
+        match self.ctx.weights.sync(&req).await {
+            Ok(o) => {
+                self.ctx.metrics.sync_bytes.inc_by(o.bytes);
+                if o.seconds > 0.0 {
+                    self.ctx
+                        .metrics
+                        .sync_throughput
+                        .set(o.bytes as f64 / o.seconds);
+                }
+                self.weights_path = o.path.map(|p| p.display().to_string());
+                self.publish_assignment();
+                Event::WeightsSynced {
+                    epoch,
+                    message: o.message,
+                }
+            }
+            Err(message) => Event::WeightsFailed { message },
+        }
+    }
+
+    async fn secret(&self) -> Vec<u8> {
+        if let Some(dir) = &self.ctx.cfg.group_secret_dir {
+            let f = dir.join(format!("{}_{}", self.spec.namespace, self.spec.group));
+            if let Ok(s) = tokio::fs::read(&f).await {
+                return s;
+            }
+        }
+        format!("hcomm-group-uid:{}", self.group.uid).into_bytes()
+    }
+
+    async fn join(&mut self, epoch: u64) -> Event {
+        let epoch = epoch.max(self.planned_epoch());
+        tracing::Span::current().record("epoch", epoch);
+        let Some((table, _)) = self.table.clone() else {
+            return Event::JoinFailed {
+                epoch,
+                message: "no rank table".into(),
+            };
+        };
+        let (Some(chosen), Some(devs)) = (self.chosen.clone(), self.spec.devices.clone()) else {
+            return Event::JoinFailed {
+                epoch,
+                message: "not verified".into(),
+            };
+        };
+        let plan = match super::ranktable::plan(
+            &table,
+            &self.ctx.cfg.node_name,
+            Some(&chosen.ip.to_string()),
+            &devs,
+            self.ctx.cfg.comm_port_base,
+        ) {
+            Ok(p) => p,
+            Err(e) => return Event::JoinFailed { epoch, message: e },
+        };
+        if self.domain.is_none() {
+            let secs = |s: i32| Duration::from_secs(u64::try_from(s).unwrap_or(30));
+            let t = DomainTimeouts {
+                connect: secs(self.group.comm.connect_timeout_seconds),
+                init: secs(self.group.comm.connect_timeout_seconds) * 2,
+                op: secs(self.group.comm.op_timeout_seconds),
+            };
+            let secret = self.secret().await;
+            self.domain = Some(Domain::new(
+                &self.spec.namespace,
+                &self.spec.group,
+                secret,
+                chosen.ip,
+                t,
+                self.ctx.metrics.clone(),
+            ));
+        }
+        let domain = self.domain.as_mut().expect("set above");
+        match domain.join(&plan, epoch).await {
+            Ok(()) => {
+                tracing::info!(
+                    epoch,
+                    rank = plan.rank,
+                    world = plan.world,
+                    "joined the domain"
+                );
+                self.plan = Some(plan);
+                self.publish_assignment();
+                self.start_health();
+                Event::Joined { epoch }
+            }
+            Err(e) => Event::JoinFailed {
+                epoch,
+                message: e.to_string(),
+            },
+        }
+    }
+
+    fn start_health(&mut self) {
+        if self.health.is_some() {
+            return;
+        }
+        let Some(d) = &self.domain else { return };
+        let rx = d.watch();
+        let ctx = self.ctx.clone();
+        let group = format!("{}/{}", self.spec.namespace, self.spec.group);
+        self.health = Some(tokio::spawn(crate::health::allreduce_loop(ctx, group, rx)));
+    }
+
+    fn stop_health(&mut self) {
+        if let Some(h) = self.health.take() {
+            h.abort();
+        }
+    }
+
+    /// Waits until the worker reports zero in flight or the drain deadline (counted from
+    /// the drain request's time) passes. A worker that never reported counts as zero.
+    async fn await_drain(&mut self) -> Event {
+        let timeout = Duration::from_secs(
+            u64::try_from(self.group.scaling.drain_timeout_seconds).unwrap_or(300),
+        );
+        let requested = self
+            .spec
+            .drain_requested
+            .as_deref()
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+        let elapsed = requested
+            .map(|t| k8s_openapi::jiff::Timestamp::now().duration_since(t))
+            .and_then(|d| Duration::try_from(d).ok())
+            .unwrap_or_default();
+        let remaining = timeout.saturating_sub(elapsed);
+        let mut rx = self.ctx.hub.slot(&self.spec.key()).inflight.subscribe();
+        let drained = tokio::time::timeout(remaining, rx.wait_for(|n| n.unwrap_or(0) == 0)).await;
+        let timed_out = !matches!(drained, Ok(Ok(_)));
+        self.ctx
+            .metrics
+            .drains
+            .with_label_values(&[if timed_out { "timed_out" } else { "drained" }])
+            .inc();
+        tracing::info!(timed_out, "drain finished");
+        Event::DrainFinished { timed_out }
+    }
+
+    fn notify(&self, n: WorkerNotice) {
+        let notice = match n {
+            WorkerNotice::WeightsReady => Notice::WeightsReady {
+                path: self.weights_path.clone(),
+            },
+            WorkerNotice::DrainRequested => Notice::DrainRequested {
+                deadline: self.spec.drain_requested.clone(),
+            },
+            WorkerNotice::EpochChanged { epoch } => Notice::EpochChanged { epoch },
+        };
+        self.ctx.hub.notify(&self.spec.key(), notice);
+    }
+
+    fn pod_ref(&self) -> k8s_openapi::api::core::v1::ObjectReference {
+        k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(self.spec.pod.clone()),
+            namespace: Some(self.spec.namespace.clone()),
+            uid: Some(self.spec.uid.clone()),
+            ..Default::default()
+        }
+    }
+
+    async fn event(&self, warning: bool, reason: &str, message: String) {
+        let ev = KubeEvent {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(message.chars().take(1000).collect()),
+            action: "MemberLifecycle".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.ctx.recorder.publish(&ev, &self.pod_ref()).await {
+            tracing::warn!(error = %e, "could not publish an Event");
+        }
+    }
+
+    async fn write_conditions(&self, updates: Vec<CondUpdate>) {
+        let api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.spec.namespace);
+        for attempt in 0..3 {
+            let pod = match api.get_status(&self.spec.pod).await {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(error = %e, "read pod status");
+                    return;
+                }
+            };
+            let existing = pod.status.and_then(|s| s.conditions).unwrap_or_default();
+            let now = Time(k8s_openapi::jiff::Timestamp::now());
+            let Some(merged) = conditions::merge(&existing, &updates, &now) else {
+                return;
+            };
+            let body = conditions::patch_body(&merged);
+            match api
+                .patch_status(
+                    &self.spec.pod,
+                    &PatchParams {
+                        field_manager: Some(crate::FIELD_MANAGER.into()),
+                        ..Default::default()
+                    },
+                    &Patch::Strategic(&body),
+                )
+                .await
+            {
+                Ok(_) => {
+                    for c in &updates {
+                        tracing::info!(
+                            condition = c.type_,
+                            status = c.status,
+                            reason = c.reason,
+                            "pod condition"
+                        );
+                    }
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, attempt, "patch pod conditions");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+}

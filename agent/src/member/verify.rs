@@ -1,0 +1,152 @@
+//! Verification I/O: gathers the facts [`crate::nic::verify::decide`] judges — the chosen
+//! data NIC, link probes to every peer (and, concurrently, through the other local
+//! interfaces, so the message can say which would work), device facts, peers' versions
+//! from their `HcommNode`s, `/dev/shm`. Everything runs under one deadline: the group's
+//! connect timeout.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use hcomm_crds::HcommNode;
+use kube::Api;
+
+use super::ranktable::{ControlPlan, RankTable};
+use super::spec::MemberSpec;
+use crate::config::Context;
+use crate::nic::probe::{ProbeTarget, probe_all};
+use crate::nic::select::alternatives;
+use crate::nic::verify::{DeviceFacts, Verdict, VerifyFacts, decide, reasons};
+use crate::nic::{Chosen, IfnameMatcher, NicRule, select_data_nic};
+
+/// At most this many other interfaces are probed for the hint.
+pub const MAX_ALTERNATIVES: usize = 3;
+
+/// A verification's outcome and, on success, what the next stages use.
+pub struct Verified {
+    pub verdict: Verdict,
+    pub chosen: Option<Chosen>,
+    pub plan: Option<ControlPlan>,
+}
+
+fn fail(reason: &'static str, message: String) -> Verified {
+    Verified {
+        verdict: Verdict {
+            ok: false,
+            reason,
+            message,
+        },
+        chosen: None,
+        plan: None,
+    }
+}
+
+/// Verifies a member against its group's rank table.
+pub async fn verify(
+    ctx: &Context,
+    spec: &MemberSpec,
+    socket_ifname: Option<&str>,
+    connect_timeout: Duration,
+    table: &RankTable,
+) -> Verified {
+    let inv = ctx.inventory.read().await.clone();
+    let matcher = match socket_ifname.map(IfnameMatcher::parse).transpose() {
+        Ok(m) => m,
+        Err(e) => return fail(reasons::NO_DATA_NIC, e.to_string()),
+    };
+    let rule = NicRule {
+        socket_ifname: matcher,
+        data_address: ctx.cfg.data_address,
+        management: ctx.cfg.management_interface.clone(),
+    };
+    let chosen = match select_data_nic(&inv.nics, &rule) {
+        Ok(c) => c,
+        Err(e) => return fail(reasons::NO_DATA_NIC, e.to_string()),
+    };
+    let Some(devices) = spec.devices.clone() else {
+        return fail(
+            reasons::DEVICE_MISMATCH,
+            "the pod has no valid hcomm.io/devices annotation".into(),
+        );
+    };
+    let plan = match super::ranktable::plan(
+        table,
+        &ctx.cfg.node_name,
+        Some(&chosen.ip.to_string()),
+        &devices,
+        ctx.cfg.comm_port_base,
+    ) {
+        Ok(p) => p,
+        Err(e) => return fail(reasons::DEVICE_MISMATCH, format!("rank table: {e}")),
+    };
+    let targets: Vec<ProbeTarget> = plan
+        .peers
+        .iter()
+        .filter_map(|(name, ip)| {
+            Some(ProbeTarget {
+                name: name.clone(),
+                addr: SocketAddr::new(ip.parse().ok()?, ctx.cfg.probe_port),
+            })
+        })
+        .collect();
+    let timeout = ctx
+        .cfg
+        .verify_timeout_cap
+        .map_or(connect_timeout, |c| c.min(connect_timeout));
+    let secret = ctx.cfg.probe_secret.clone();
+    let alts: Vec<(String, std::net::IpAddr)> =
+        alternatives(&inv.nics, &chosen.name, MAX_ALTERNATIVES)
+            .into_iter()
+            .filter_map(|n| Some((n.name.clone(), n.primary_ip()?)))
+            .collect();
+    // Primary and alternative probes run together, so the whole check takes one timeout.
+    let primary = probe_all(&chosen.name, chosen.ip, &targets, &secret, timeout);
+    let others = futures::future::join_all(
+        alts.iter()
+            .map(|(name, ip)| probe_all(name, *ip, &targets, &secret, timeout)),
+    );
+    let (probes, others) = tokio::join!(primary, others);
+    let failed: Vec<&str> = probes
+        .iter()
+        .filter(|p| !p.ok())
+        .map(|p| p.target.name.as_str())
+        .collect();
+    let alternatives = others
+        .into_iter()
+        .flatten()
+        .filter(|p| failed.contains(&p.target.name.as_str()))
+        .collect();
+    let nodes: Api<HcommNode> = Api::all(ctx.client.clone());
+    let mut peer_versions = Vec::new();
+    for (name, _) in &plan.peers {
+        if let Ok(Some(n)) = nodes.get_opt(name).await
+            && let Some(st) = n.status
+        {
+            peer_versions.push((name.clone(), st.software));
+        }
+    }
+    let facts = VerifyFacts {
+        interface: chosen.name.clone(),
+        probes,
+        alternatives,
+        devices: DeviceFacts {
+            assigned: devices,
+            // ASCEND_VISIBLE_DEVICES only means something on Ascend nodes.
+            visible: if ctx.cfg.sources.cpu_devices.is_some() {
+                None
+            } else {
+                spec.visible_devices.clone()
+            },
+            inventory: inv.devices.iter().map(|d| d.id).collect(),
+            rank_table: Some(plan.devices_in_rank_order.clone()),
+        },
+        local_versions: inv.versions.clone(),
+        peer_versions,
+        shm_bytes: inv.shm_bytes,
+        shm_required: ctx.cfg.shm_min_bytes,
+    };
+    Verified {
+        verdict: decide(&facts),
+        chosen: Some(chosen),
+        plan: Some(plan),
+    }
+}

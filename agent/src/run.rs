@@ -1,0 +1,156 @@
+//! `hcomm-agent run`: wires the parts together — inventory refresh and `HcommNode`
+//! publishing, the link-probe server on the data address, the local worker API, metrics,
+//! the member driver and the health probes — and shuts them down on SIGTERM/Ctrl-C.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Api;
+use tokio::sync::watch;
+
+use crate::config::{AgentConfig, Context};
+use crate::error::{Error, Result};
+use crate::inventory::{self, publish::publish};
+use crate::local_api::server::{self as api_server, Access};
+use crate::member::weights::WeightsSyncer;
+use crate::nic::NicRule;
+
+fn node_rule(cfg: &AgentConfig) -> NicRule {
+    NicRule {
+        socket_ifname: None,
+        data_address: cfg.data_address,
+        management: cfg.management_interface.clone(),
+    }
+}
+
+async fn refresh_inventory(ctx: &Context) -> Result<()> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let labels = match nodes.get_opt(&ctx.cfg.node_name).await {
+        Ok(Some(n)) => n.metadata.labels.unwrap_or_default(),
+        _ => Default::default(),
+    };
+    let topo = inventory::topology_from(&ctx.cfg.topology, &labels);
+    let inv = inventory::collect(&ctx.cfg.sources, topo).await;
+    let tests = ctx
+        .link_tests
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let status = inventory::to_status(
+        &inv,
+        &node_rule(&ctx.cfg),
+        tests,
+        Time(k8s_openapi::jiff::Timestamp::now()),
+    );
+    *ctx.inventory.write().await = inv;
+    publish(&ctx.client, &ctx.cfg.node_name, &status).await
+}
+
+async fn inventory_loop(ctx: Arc<Context>) {
+    let mut tick = tokio::time::interval(ctx.cfg.inventory_interval);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        if let Err(e) = refresh_inventory(&ctx).await {
+            tracing::warn!(error = %e, category = e.category(), "inventory refresh failed");
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+/// Runs the agent until a shutdown signal.
+pub async fn run(cfg: AgentConfig, weights: Arc<dyn WeightsSyncer>) -> Result<()> {
+    let client = kube::Client::try_default()
+        .await
+        .map_err(Error::kube("connect to the API server"))?;
+    let ctx = Arc::new(Context::new(cfg, client, weights));
+    // The first inventory must exist before members are verified against it.
+    let mut first = refresh_inventory(&ctx).await;
+    for _ in 0..5 {
+        if first.is_ok() {
+            break;
+        }
+        tracing::warn!(error = ?first.as_ref().err(), "initial inventory publish failed; retrying");
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        first = refresh_inventory(&ctx).await;
+    }
+    first?;
+    let data_ip = ctx
+        .inventory
+        .read()
+        .await
+        .data_nic(&node_rule(&ctx.cfg))
+        .map(|c| c.ip)
+        .ok_or_else(|| {
+            Error::Config("no data interface found on this node (see --data-address)".into())
+        })?;
+    tracing::info!(node = %ctx.cfg.node_name, %data_ip, "agent starting");
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+
+    let probe_addr = SocketAddr::new(data_ip, ctx.cfg.probe_port);
+    let probe_l = tokio::net::TcpListener::bind(probe_addr)
+        .await
+        .map_err(Error::io(format!("bind link probe on {probe_addr}")))?;
+    let probe_task = tokio::spawn(crate::nic::probe::serve(
+        probe_l,
+        ctx.cfg.probe_secret.clone(),
+        ctx.cfg.node_name.clone(),
+        stopped(),
+    ));
+    let api_l = api_server::bind(&ctx.cfg.socket_path)?;
+    let api_task = tokio::spawn(api_server::serve(
+        api_l,
+        ctx.hub.clone(),
+        Access {
+            allowed_uids: ctx.cfg.allowed_uids.clone(),
+        },
+        stopped(),
+    ));
+    let metrics_l = crate::metrics::bind(ctx.cfg.metrics_addr)
+        .await
+        .map_err(Error::io(format!(
+            "bind metrics on {}",
+            ctx.cfg.metrics_addr
+        )))?;
+    let metrics_task = tokio::spawn(crate::metrics::serve(
+        metrics_l,
+        ctx.metrics.clone(),
+        stopped(),
+    ));
+    let inv_task = tokio::spawn(inventory_loop(ctx.clone()));
+    let health_task = tokio::spawn(crate::health::probe_loop(ctx.clone()));
+    let driver = tokio::spawn(crate::member::driver::run(ctx.clone(), stopped()));
+
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    inv_task.abort();
+    health_task.abort();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), driver).await;
+    let _ = tokio::join!(probe_task, api_task, metrics_task);
+    let _ = std::fs::remove_file(&ctx.cfg.socket_path);
+    Ok(())
+}

@@ -1,0 +1,342 @@
+//! The joiner side: fetch a weights set by manifest digest from a list of sources and
+//! install it atomically. The policy lives in `schedule` (pure); this file drives the
+//! fetch, `worker` talks to one source, `conn` opens authenticated connections.
+//!
+//! 1. Manifest: asked of each source in turn until one returns bytes that hash to the
+//!    requested digest and parse as a canonical manifest.
+//! 2. The store preallocates (or resumes) the staging files; already-verified chunks are
+//!    not fetched again.
+//! 3. One worker per source, all at once: it keeps `parallelism` requests in flight,
+//!    taking the next chunk from the shared scheduler whenever a slot frees (work
+//!    stealing), hashes every chunk and writes it in place. Partial sources (other
+//!    joiners) are polled for their `Have` bitmap. A worker that fails (refused, reset,
+//!    timed out, too many corrupt chunks) gives its chunks back and the others carry on.
+//! 4. When every chunk is verified: fsync, rename staging → `versions/<hex>`, swap
+//!    `current`. If sources run out first: [`WeightsError::NoSources`] listing them.
+//!
+//! Every network wait has a deadline ([`Timeouts`]); on top, a fetch that makes no
+//! progress for `Timeouts::stall` ends with [`WeightsError::Timeout`].
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+use super::auth::GroupSecret;
+use super::bitset::ChunkBits;
+use super::conn::{open, read_response, unexpected};
+use super::digest::Digest;
+use super::error::{Result, SourceFailure, Subject, WeightsError};
+use super::manifest::Manifest;
+use super::progress::{Progress, ProgressSnapshot, SyncEvent};
+use super::protocol::{Request, Response};
+use super::schedule::Scheduler;
+use super::store::{WeightSet, WeightStore};
+use super::worker::worker;
+
+/// Deadlines of a fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Connecting to a source, retries included (a fellow joiner may start a little later).
+    pub connect: Duration,
+    /// The group-secret handshake.
+    pub handshake: Duration,
+    /// Waiting for any one response (a chunk behind `parallelism - 1` others).
+    pub response: Duration,
+    /// The whole fetch making no progress (no chunk verified, no source news).
+    pub stall: Duration,
+    /// How often partial sources are asked what they hold.
+    pub have_poll: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(10),
+            handshake: Duration::from_secs(5),
+            response: Duration::from_secs(30),
+            stall: Duration::from_secs(60),
+            have_poll: Duration::from_millis(100),
+        }
+    }
+}
+
+/// What to fetch, from where, into where.
+#[derive(Debug, Clone)]
+pub struct FetchRequest {
+    /// `spec.weights.digest`.
+    pub manifest_digest: Digest,
+    /// Members holding the set AND fellow joiners (they serve what they have verified).
+    pub sources: Vec<SocketAddr>,
+    pub dest: WeightStore,
+    pub secret: GroupSecret,
+    pub timeouts: Timeouts,
+    /// Requests in flight per source.
+    pub parallelism: usize,
+    /// This joiner's place among the joiners syncing together, `(index, count)`: picks
+    /// its stripe of the existing members' chunks. `None`: a random stripe.
+    pub stripe: Option<(usize, usize)>,
+    /// Local address to connect from (the data NIC's), if any.
+    pub bind: Option<IpAddr>,
+}
+
+impl FetchRequest {
+    /// Defaults: 4 requests in flight per source, default timeouts, random stripe.
+    pub fn new(
+        manifest_digest: Digest,
+        sources: Vec<SocketAddr>,
+        dest: WeightStore,
+        secret: GroupSecret,
+    ) -> FetchRequest {
+        FetchRequest {
+            manifest_digest,
+            sources,
+            dest,
+            secret,
+            timeouts: Timeouts::default(),
+            parallelism: 4,
+            stripe: None,
+            bind: None,
+        }
+    }
+}
+
+/// The outcome of a successful fetch.
+#[derive(Debug, Clone)]
+pub struct FetchReport {
+    pub digest: Digest,
+    /// The installed version directory (what `current` now points to).
+    pub path: PathBuf,
+    pub progress: ProgressSnapshot,
+}
+
+/// State shared by the fetch driver and its workers.
+pub(crate) struct Ctx {
+    pub req: FetchRequest,
+    pub set: Arc<WeightSet>,
+    pub sched: Mutex<Scheduler>,
+    /// Woken on anything a waiting worker or the driver may care about.
+    pub changed: Notify,
+    pub progress: Progress,
+    /// When the last chunk was verified (stall detection).
+    pub last_progress: Mutex<Instant>,
+}
+
+/// Fetches `req.manifest_digest` and installs it as the store's `current` set.
+pub async fn fetch(req: FetchRequest, progress: Progress) -> Result<FetchReport> {
+    let digest = req.manifest_digest;
+    let store = req.dest.clone();
+    if store.is_complete(&digest) {
+        store.activate(&digest)?;
+        let path = store.version_dir(&digest);
+        return Ok(FetchReport {
+            digest,
+            path,
+            progress: progress.snapshot(),
+        });
+    }
+    let mut tried = Vec::new();
+    let (manifest, bytes, from) = fetch_manifest(&req, &mut tried).await?;
+    let (set, resumed) = blocking({
+        let store = store.clone();
+        move || store.begin(manifest, bytes)
+    })
+    .await?;
+    progress.record(SyncEvent::ManifestVerified {
+        source: from,
+        chunks: set.table.len(),
+        bytes: set.table.unique_bytes(),
+        resumed_chunks: resumed,
+    });
+    tracing::info!(weights = %digest, chunks = set.table.len(), resumed, sources = req.sources.len(), "fetching weights");
+    let n = set.table.len();
+    let held = held_bits(&set);
+    let start = match req.stripe {
+        Some((i, k)) => Scheduler::stripe_start(n, i, k),
+        None => rand::random::<u64>() as usize % n.max(1),
+    };
+    let ctx = Arc::new(Ctx {
+        sched: Mutex::new(Scheduler::new(n, &held, req.sources.len(), start)),
+        req,
+        set,
+        changed: Notify::new(),
+        progress: progress.clone(),
+        last_progress: Mutex::new(Instant::now()),
+    });
+    run_workers(&ctx, tried).await?;
+    let set = ctx.set.clone();
+    let path = blocking(move || store.finalize(&set)).await?;
+    ctx.req.dest.activate(&digest)?;
+    let snap = progress.snapshot();
+    progress.record(SyncEvent::Completed {
+        bytes: snap.bytes_fetched,
+        elapsed: snap.elapsed,
+    });
+    tracing::info!(weights = %digest, path = %path.display(), bytes = snap.bytes_fetched, "weights installed");
+    Ok(FetchReport {
+        digest,
+        path,
+        progress: progress.snapshot(),
+    })
+}
+
+fn held_bits(set: &WeightSet) -> ChunkBits {
+    let mut b = ChunkBits::new(set.table.len());
+    (0..set.table.len())
+        .filter(|&i| set.is_held(i))
+        .for_each(|i| b.set(i));
+    b
+}
+
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| WeightsError::io("blocking task", None, std::io::Error::other(e)))?
+}
+
+/// Asks each source in turn for the manifest until one verifies.
+async fn fetch_manifest(
+    req: &FetchRequest,
+    tried: &mut Vec<SourceFailure>,
+) -> Result<(Manifest, Vec<u8>, SocketAddr)> {
+    let mut mismatch = None;
+    let mut auth_failures = Vec::new();
+    for &src in &req.sources {
+        let attempt = async {
+            let mut s = open(req, src).await?;
+            s.write_all(&Request::GetManifest(req.manifest_digest).encode())
+                .await
+                .map_err(|e| WeightsError::io(format!("write to {src}"), None, e))?;
+            match read_response(&mut s, src, req.timeouts.response, "the manifest").await? {
+                Response::Manifest { bytes, .. } => {
+                    let actual = Digest::of(&bytes);
+                    if actual != req.manifest_digest {
+                        return Err(WeightsError::DigestMismatch {
+                            subject: Subject::Manifest,
+                            peer: Some(src),
+                            expected: req.manifest_digest,
+                            actual,
+                        });
+                    }
+                    let m = Manifest::parse(&bytes)?;
+                    Ok((m, bytes))
+                }
+                Response::Missing(_) => Err(WeightsError::protocol(
+                    Some(src),
+                    "does not hold this weights set",
+                )),
+                other => Err(unexpected(src, &other)),
+            }
+        };
+        match attempt.await {
+            Ok((m, b)) => return Ok((m, b, src)),
+            Err(e) => {
+                tracing::warn!(source = %src, error = %e, "manifest not obtained from source");
+                tried.push(SourceFailure {
+                    source: src,
+                    reason: e.to_string(),
+                });
+                match e {
+                    WeightsError::DigestMismatch { .. } => {
+                        mismatch.get_or_insert(e);
+                    }
+                    WeightsError::Auth { .. } => auth_failures.push(e),
+                    _ => {}
+                }
+            }
+        }
+    }
+    // A source that sent the wrong manifest is the more important news; so is a secret
+    // that every source refused (a configuration error, not an outage).
+    if let Some(e) = mismatch {
+        return Err(e);
+    }
+    if !auth_failures.is_empty() && auth_failures.len() == tried.len() {
+        return Err(auth_failures.remove(0));
+    }
+    Err(WeightsError::NoSources {
+        manifest: req.manifest_digest,
+        remaining_chunks: 0,
+        tried: tried.clone(),
+    })
+}
+
+/// Runs one worker per source until the set is complete, sources run out, or it stalls.
+async fn run_workers(ctx: &Arc<Ctx>, mut tried: Vec<SourceFailure>) -> Result<()> {
+    let mut workers = JoinSet::new();
+    for (i, &src) in ctx.req.sources.iter().enumerate() {
+        let ctx = ctx.clone();
+        workers.spawn(async move { (src, worker(&ctx, i, src).await) });
+    }
+    let check = ctx.req.timeouts.have_poll.max(Duration::from_millis(50));
+    loop {
+        {
+            let s = ctx.sched.lock().expect("scheduler lock");
+            if s.is_done() {
+                break;
+            }
+            if let Some(i) = s.unfetchable() {
+                let info = &ctx.set.table.chunks[i];
+                return Err(WeightsError::NoSources {
+                    manifest: ctx.req.manifest_digest,
+                    remaining_chunks: s.remaining(),
+                    tried: failures(
+                        &tried,
+                        format!(
+                            "no live source has a good copy of chunk #{i} ({})",
+                            info.digest
+                        ),
+                    ),
+                });
+            }
+            if workers.is_empty() {
+                return Err(WeightsError::NoSources {
+                    manifest: ctx.req.manifest_digest,
+                    remaining_chunks: s.remaining(),
+                    tried,
+                });
+            }
+        }
+        let idle = ctx.last_progress.lock().expect("progress lock").elapsed();
+        if idle > ctx.req.timeouts.stall {
+            return Err(WeightsError::Timeout {
+                what: format!(
+                    "progress on weights {} (no chunk verified)",
+                    ctx.req.manifest_digest
+                ),
+                peer: None,
+                after: ctx.req.timeouts.stall,
+            });
+        }
+        tokio::select! {
+            _ = ctx.changed.notified() => {}
+            Some(done) = workers.join_next() => {
+                if let Ok((src, Err(e))) = done {
+                    tried.push(SourceFailure { source: src, reason: e.to_string() });
+                }
+            }
+            _ = tokio::time::sleep(check) => {}
+        }
+    }
+    workers.shutdown().await;
+    Ok(())
+}
+
+fn failures(tried: &[SourceFailure], note: String) -> Vec<SourceFailure> {
+    let mut t = tried.to_vec();
+    if t.is_empty() {
+        t.push(SourceFailure {
+            source: SocketAddr::from(([0, 0, 0, 0], 0)),
+            reason: note,
+        });
+    } else {
+        t[0].reason = format!("{}; {note}", t[0].reason);
+    }
+    t
+}

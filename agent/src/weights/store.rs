@@ -1,0 +1,526 @@
+//! The local weight store: where verified weights live on a node, what it can serve, and
+//! the atomic hand-over to the worker.
+//!
+//! ```text
+//! <root>/manifests/<hex>.json   canonical manifest of set sha256:<hex>
+//! <root>/staging/<hex>/...      the set's files, preallocated, filled chunk by chunk
+//! <root>/versions/<hex>/...     complete, verified, fsync'd (renamed from staging)
+//! <root>/current -> versions/<hex>   symlink the worker reads, swapped by rename
+//! ```
+//!
+//! Chunks are written in place into preallocated staging files (no second copy, no
+//! assembly pass); a chunk counts as held only after its bytes hashed right and were
+//! written. A fetch that restarts re-hashes the staging files and keeps every chunk that
+//! still matches (resume). The staging directory becomes `versions/<hex>` by one rename
+//! after every file is fsync'd, and only then does `current` move — so the worker sees
+//! either the old set or the complete new one, never a partial or unverified one.
+//!
+//! The same store answers the chunk server: a verified chunk (of a complete set, or of one
+//! still being fetched — that is what lets joiners serve each other) is located by digest
+//! and re-read from disk for every request.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::{FileExt, PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use super::bitset::ChunkBits;
+use super::digest::Digest;
+use super::error::{Result, Subject, WeightsError, io_at};
+use super::manifest::{ChunkTable, Manifest};
+
+/// Name of the symlink the worker reads.
+pub const CURRENT_LINK: &str = "current";
+
+/// A handle on a node's weight store (cheap to clone; all clones share state).
+#[derive(Debug, Clone)]
+pub struct WeightStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    root: PathBuf,
+    sets: Mutex<HashMap<Digest, Arc<WeightSet>>>,
+}
+
+/// One weights set known to the store, complete or being fetched.
+#[derive(Debug)]
+pub(crate) struct WeightSet {
+    pub digest: Digest,
+    pub manifest: Manifest,
+    pub manifest_bytes: Arc<Vec<u8>>,
+    pub table: ChunkTable,
+    state: Mutex<SetState>,
+}
+
+#[derive(Debug)]
+struct SetState {
+    verified: ChunkBits,
+    /// Chunks this node's own fetch has in flight (advertised to fellow joiners).
+    coming: ChunkBits,
+    /// Directory holding the files now: staging while fetching, versions once complete.
+    dir: PathBuf,
+    complete: bool,
+    /// Open staging files (index = manifest file index), for positional writes.
+    files: Vec<Arc<File>>,
+}
+
+/// Where a verified chunk can be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkLocation {
+    pub path: PathBuf,
+    pub offset: u64,
+    pub len: u64,
+    pub set: Digest,
+    pub index: usize,
+}
+
+impl WeightStore {
+    /// Opens (creating if needed) the store at `root` and registers the complete sets
+    /// found under `versions/` (they were verified before they were renamed there).
+    pub fn open(root: impl Into<PathBuf>) -> Result<WeightStore> {
+        let root = root.into();
+        for sub in ["manifests", "staging", "versions"] {
+            let d = root.join(sub);
+            fs::create_dir_all(&d).map_err(io_at("create directory", &d))?;
+        }
+        let store = WeightStore {
+            inner: Arc::new(Inner {
+                root,
+                sets: Mutex::new(HashMap::new()),
+            }),
+        };
+        let versions = store.inner.root.join("versions");
+        for entry in fs::read_dir(&versions).map_err(io_at("read directory", &versions))? {
+            let entry = entry.map_err(io_at("read directory", &versions))?;
+            let Some(digest) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| Digest::from_hex(n).ok())
+            else {
+                continue;
+            };
+            match store.read_manifest(&digest) {
+                Ok(Some((m, bytes))) => {
+                    store.register(digest, m, bytes, true, entry.path(), Vec::new());
+                }
+                _ => {
+                    tracing::warn!(set = %digest, "version directory without a valid manifest; ignored")
+                }
+            }
+        }
+        Ok(store)
+    }
+
+    /// The store's root directory.
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    /// The path the worker reads: `<root>/current` (a symlink to the active version).
+    pub fn current_path(&self) -> PathBuf {
+        self.inner.root.join(CURRENT_LINK)
+    }
+
+    /// Directory of a complete set.
+    pub fn version_dir(&self, digest: &Digest) -> PathBuf {
+        self.inner.root.join("versions").join(digest.hex())
+    }
+
+    fn staging_dir(&self, digest: &Digest) -> PathBuf {
+        self.inner.root.join("staging").join(digest.hex())
+    }
+
+    fn manifest_path(&self, digest: &Digest) -> PathBuf {
+        self.inner
+            .root
+            .join("manifests")
+            .join(format!("{}.json", digest.hex()))
+    }
+
+    /// The set `current` points to, if any.
+    pub fn current(&self) -> Result<Option<Digest>> {
+        let link = self.current_path();
+        match fs::read_link(&link) {
+            Ok(target) => Ok(target
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| Digest::from_hex(n).ok())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(WeightsError::io("read link", Some(link), e)),
+        }
+    }
+
+    /// Whether the set is complete (verified, installed under `versions/`).
+    pub fn is_complete(&self, digest: &Digest) -> bool {
+        self.set(digest)
+            .is_some_and(|s| s.state.lock().expect("set lock").complete)
+    }
+
+    /// The verified-chunk bitmap of a known set (complete or in progress).
+    pub fn have(&self, digest: &Digest) -> Option<ChunkBits> {
+        self.set(digest)
+            .map(|s| s.state.lock().expect("set lock").verified.clone())
+    }
+
+    /// The chunks of a known set that this node is fetching right now.
+    pub fn coming(&self, digest: &Digest) -> Option<ChunkBits> {
+        self.set(digest)
+            .map(|s| s.state.lock().expect("set lock").coming.clone())
+    }
+
+    /// The canonical manifest bytes of a known set.
+    pub fn manifest_bytes(&self, digest: &Digest) -> Option<Arc<Vec<u8>>> {
+        self.set(digest).map(|s| s.manifest_bytes.clone())
+    }
+
+    /// Where a verified chunk with this digest can be read, in any known set.
+    pub fn locate(&self, chunk: &Digest) -> Option<ChunkLocation> {
+        let sets: Vec<_> = self
+            .inner
+            .sets
+            .lock()
+            .expect("store lock")
+            .values()
+            .cloned()
+            .collect();
+        sets.iter().find_map(|s| {
+            let index = s.table.index_of(chunk)?;
+            let st = s.state.lock().expect("set lock");
+            if !st.verified.get(index) {
+                return None;
+            }
+            let info = &s.table.chunks[index];
+            let (file, offset) = info.places[0];
+            Some(ChunkLocation {
+                path: st.dir.join(&s.manifest.files[file].path),
+                offset,
+                len: info.len,
+                set: s.digest,
+                index,
+            })
+        })
+    }
+
+    /// Withdraws a chunk that no longer reads back right (disk corruption): it is no
+    /// longer served, and the set is no longer offered as complete.
+    pub fn forget_chunk(&self, set: &Digest, index: usize) {
+        if let Some(s) = self.set(set) {
+            s.state.lock().expect("set lock").verified.clear(index);
+        }
+    }
+
+    /// Makes `current` point at the complete set `digest`: a new symlink renamed over the
+    /// old one (atomic for readers), then the root directory fsync'd.
+    pub fn activate(&self, digest: &Digest) -> Result<PathBuf> {
+        if !self.is_complete(digest) {
+            return Err(WeightsError::Invalid(format!(
+                "set {digest} is not complete in this store"
+            )));
+        }
+        let root = &self.inner.root;
+        let tmp = root.join(format!(".{CURRENT_LINK}.tmp-{}", std::process::id()));
+        let _ = fs::remove_file(&tmp);
+        symlink(Path::new("versions").join(digest.hex()), &tmp).map_err(io_at("symlink", &tmp))?;
+        let link = self.current_path();
+        fs::rename(&tmp, &link).map_err(io_at("rename", &link))?;
+        sync_dir(root)?;
+        Ok(link)
+    }
+
+    /// Installs the first members' copy: copies the source directory into staging,
+    /// builds the manifest of the COPY (what we hold is what we checked), refuses it if
+    /// its digest is not `expected`, then installs and activates it. Blocking.
+    pub fn import_dir(&self, source: &Path, expected: &Digest, chunk_size: u64) -> Result<PathBuf> {
+        if self.is_complete(expected) {
+            return self.activate(expected);
+        }
+        let staging = self.staging_dir(expected);
+        let _ = fs::remove_dir_all(&staging);
+        copy_tree(source, &staging)?;
+        let manifest = Manifest::build(&staging, chunk_size)?;
+        let actual = manifest.digest();
+        if actual != *expected {
+            let _ = fs::remove_dir_all(&staging);
+            return Err(WeightsError::DigestMismatch {
+                subject: Subject::Manifest,
+                peer: None,
+                expected: *expected,
+                actual,
+            });
+        }
+        let bytes = manifest.canonical_bytes();
+        self.write_manifest(expected, &bytes)?;
+        let files = open_staging_files(&staging, &manifest)?;
+        let n = ChunkTable::new(&manifest).len();
+        let set = self.register(*expected, manifest, bytes, false, staging, files);
+        set.state.lock().expect("set lock").verified = ChunkBits::full(n);
+        self.finalize(&set)?;
+        self.activate(expected)
+    }
+
+    fn set(&self, digest: &Digest) -> Option<Arc<WeightSet>> {
+        self.inner
+            .sets
+            .lock()
+            .expect("store lock")
+            .get(digest)
+            .cloned()
+    }
+
+    fn register(
+        &self,
+        digest: Digest,
+        manifest: Manifest,
+        bytes: Vec<u8>,
+        complete: bool,
+        dir: PathBuf,
+        files: Vec<Arc<File>>,
+    ) -> Arc<WeightSet> {
+        let table = ChunkTable::new(&manifest);
+        let n = table.len();
+        let set = Arc::new(WeightSet {
+            digest,
+            manifest,
+            manifest_bytes: Arc::new(bytes),
+            table,
+            state: Mutex::new(SetState {
+                coming: ChunkBits::new(n),
+                verified: if complete {
+                    ChunkBits::full(n)
+                } else {
+                    ChunkBits::new(n)
+                },
+                dir,
+                complete,
+                files,
+            }),
+        });
+        self.inner
+            .sets
+            .lock()
+            .expect("store lock")
+            .insert(digest, set.clone());
+        set
+    }
+
+    fn read_manifest(&self, digest: &Digest) -> Result<Option<(Manifest, Vec<u8>)>> {
+        let path = self.manifest_path(digest);
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(WeightsError::io("read", Some(path), e)),
+        };
+        if Digest::of(&bytes) != *digest {
+            return Ok(None);
+        }
+        Ok(Some((Manifest::parse(&bytes)?, bytes)))
+    }
+
+    fn write_manifest(&self, digest: &Digest, bytes: &[u8]) -> Result<()> {
+        let path = self.manifest_path(digest);
+        let tmp = path.with_extension("json.tmp");
+        write_synced(&tmp, bytes)?;
+        fs::rename(&tmp, &path).map_err(io_at("rename", &path))?;
+        sync_dir(&self.inner.root.join("manifests"))
+    }
+
+    /// Starts (or resumes) holding a set whose manifest was verified: records the
+    /// manifest, preallocates the staging files, and keeps every staged chunk that still
+    /// hashes right. Returns the set and how many chunks were already there. Blocking.
+    pub(crate) fn begin(
+        &self,
+        manifest: Manifest,
+        bytes: Vec<u8>,
+    ) -> Result<(Arc<WeightSet>, usize)> {
+        let digest = Digest::of(&bytes);
+        if let Some(set) = self.set(&digest) {
+            let have = set.state.lock().expect("set lock").verified.count();
+            return Ok((set, have));
+        }
+        self.write_manifest(&digest, &bytes)?;
+        let version = self.version_dir(&digest);
+        if version.is_dir() {
+            let set = self.register(digest, manifest, bytes, true, version, Vec::new());
+            let n = set.table.len();
+            return Ok((set, n));
+        }
+        let staging = self.staging_dir(&digest);
+        let resuming = staging.is_dir();
+        let files = open_staging_files(&staging, &manifest)?;
+        let set = self.register(digest, manifest, bytes, false, staging, files);
+        let mut have = 0;
+        if resuming {
+            for index in 0..set.table.len() {
+                if set.staged_chunk_matches(index)? {
+                    set.state.lock().expect("set lock").verified.set(index);
+                    have += 1;
+                }
+            }
+        }
+        Ok((set, have))
+    }
+
+    /// Flushes every file, renames staging to `versions/<hex>`, and marks the set
+    /// complete (it does not move `current`; see [`WeightStore::activate`]). Blocking.
+    pub(crate) fn finalize(&self, set: &WeightSet) -> Result<PathBuf> {
+        let mut st = set.state.lock().expect("set lock");
+        if st.complete {
+            return Ok(st.dir.clone());
+        }
+        if !st.verified.is_full() {
+            return Err(WeightsError::Invalid(format!(
+                "set {} has {} of {} chunks; not finalizing",
+                set.digest,
+                st.verified.count(),
+                set.table.len()
+            )));
+        }
+        for (f, entry) in st.files.iter().zip(&set.manifest.files) {
+            let path = st.dir.join(&entry.path);
+            f.sync_all().map_err(io_at("fsync", &path))?;
+            fs::set_permissions(&path, fs::Permissions::from_mode(entry.mode))
+                .map_err(io_at("chmod", &path))?;
+        }
+        sync_tree_dirs(&st.dir)?;
+        let version = self.version_dir(&set.digest);
+        fs::rename(&st.dir, &version).map_err(io_at("rename", &version))?;
+        sync_dir(&self.inner.root.join("versions"))?;
+        sync_dir(&self.inner.root.join("staging"))?;
+        st.dir = version.clone();
+        st.complete = true;
+        st.files.clear();
+        Ok(version)
+    }
+}
+
+impl WeightSet {
+    /// Writes a verified chunk at every place it occurs, then marks it held. Blocking.
+    pub(crate) fn write_chunk(&self, index: usize, data: &[u8]) -> Result<()> {
+        let (files, dir) = {
+            let st = self.state.lock().expect("set lock");
+            if st.complete || st.verified.get(index) {
+                return Ok(());
+            }
+            (st.files.clone(), st.dir.clone())
+        };
+        for &(file, offset) in &self.table.chunks[index].places {
+            files[file]
+                .write_all_at(data, offset)
+                .map_err(io_at("write", &dir.join(&self.manifest.files[file].path)))?;
+        }
+        self.state.lock().expect("set lock").verified.set(index);
+        Ok(())
+    }
+
+    /// Replaces the set of chunks advertised as being fetched.
+    pub(crate) fn set_coming(&self, coming: ChunkBits) {
+        self.state.lock().expect("set lock").coming = coming;
+    }
+
+    pub(crate) fn is_held(&self, index: usize) -> bool {
+        self.state.lock().expect("set lock").verified.get(index)
+    }
+
+    fn staged_chunk_matches(&self, index: usize) -> Result<bool> {
+        let info = &self.table.chunks[index];
+        let (file, offset) = info.places[0];
+        let (f, path) = {
+            let st = self.state.lock().expect("set lock");
+            (
+                st.files[file].clone(),
+                st.dir.join(&self.manifest.files[file].path),
+            )
+        };
+        let mut buf = vec![0u8; info.len as usize];
+        f.read_exact_at(&mut buf, offset)
+            .map_err(io_at("read", &path))?;
+        if Digest::of(&buf) != info.digest {
+            return Ok(false);
+        }
+        // Duplicates of this chunk elsewhere may not have been written yet.
+        for &(file, offset) in &info.places[1..] {
+            let f = self.state.lock().expect("set lock").files[file].clone();
+            f.write_all_at(&buf, offset)
+                .map_err(io_at("write", &path))?;
+        }
+        Ok(true)
+    }
+}
+
+/// Reads a located chunk back from disk. Blocking.
+pub fn read_chunk(loc: &ChunkLocation) -> std::io::Result<Vec<u8>> {
+    let f = File::open(&loc.path)?;
+    let mut buf = vec![0u8; loc.len as usize];
+    f.read_exact_at(&mut buf, loc.offset)?;
+    Ok(buf)
+}
+
+fn open_staging_files(staging: &Path, manifest: &Manifest) -> Result<Vec<Arc<File>>> {
+    let mut files = Vec::with_capacity(manifest.files.len());
+    for entry in &manifest.files {
+        let path = staging.join(&entry.path);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(io_at("create directory", parent))?;
+        }
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io_at("open", &path))?;
+        f.set_len(entry.size).map_err(io_at("preallocate", &path))?;
+        files.push(Arc::new(f));
+    }
+    Ok(files)
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    fs::create_dir_all(to).map_err(io_at("create directory", to))?;
+    for entry in fs::read_dir(from).map_err(io_at("read directory", from))? {
+        let entry = entry.map_err(io_at("read directory", from))?;
+        let src = entry.path();
+        let dst = to.join(entry.file_name());
+        let ty = entry.file_type().map_err(io_at("stat", &src))?;
+        if ty.is_dir() {
+            copy_tree(&src, &dst)?;
+        } else if ty.is_file() {
+            fs::copy(&src, &dst).map_err(io_at("copy", &src))?;
+        } else {
+            return Err(WeightsError::Invalid(format!(
+                "{} is not a regular file or directory",
+                src.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let f = File::create(path).map_err(io_at("create", path))?;
+    f.write_all_at(bytes, 0).map_err(io_at("write", path))?;
+    f.sync_all().map_err(io_at("fsync", path))
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_at("fsync directory", dir))
+}
+
+fn sync_tree_dirs(dir: &Path) -> Result<()> {
+    for entry in fs::read_dir(dir).map_err(io_at("read directory", dir))? {
+        let entry = entry.map_err(io_at("read directory", dir))?;
+        if entry
+            .file_type()
+            .map_err(io_at("stat", &entry.path()))?
+            .is_dir()
+        {
+            sync_tree_dirs(&entry.path())?;
+        }
+    }
+    sync_dir(dir)
+}

@@ -1,0 +1,215 @@
+//! One worker per source: keeps `parallelism` requests in flight to it, takes chunks from
+//! the shared scheduler as slots free up (work stealing), polls a partial source's `Have`
+//! bitmap, hashes every chunk against the manifest before writing it, and on any failure
+//! gives its outstanding chunks back and reports the source lost.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use tokio::io::AsyncWriteExt;
+use tokio::time::timeout;
+
+use super::bitset::ChunkBits;
+use super::conn::{open, read_response, unexpected};
+use super::digest::Digest;
+use super::error::{Result, Subject, WeightsError};
+use super::fetch::{Ctx, blocking};
+use super::progress::SyncEvent;
+use super::protocol::{Request, Response};
+use super::schedule::AfterCorrupt;
+
+/// One source's worker: on failure, gives its chunks back and reports the source lost.
+pub(crate) async fn worker(ctx: &Ctx, idx: usize, src: SocketAddr) -> Result<()> {
+    let r = serve_from(ctx, idx, src).await;
+    if let Err(e) = &r {
+        let requeued = {
+            let mut sched = ctx.sched.lock().expect("scheduler lock");
+            let n = sched.lose(idx);
+            ctx.set.set_coming(sched.in_flight());
+            n
+        };
+        tracing::warn!(source = %src, error = %e, requeued, "weights source lost");
+        ctx.progress.record(SyncEvent::SourceLost {
+            source: src,
+            reason: e.to_string(),
+            requeued,
+        });
+        ctx.changed.notify_waiters();
+    }
+    r
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pending {
+    Chunk(usize),
+    Have,
+}
+
+async fn serve_from(ctx: &Ctx, idx: usize, src: SocketAddr) -> Result<()> {
+    let t = ctx.req.timeouts;
+    let set_digest = ctx.req.manifest_digest;
+    let mut s = open(&ctx.req, src).await?;
+    let io = |e| WeightsError::io(format!("write to {src}"), None, e);
+    let mut pending: VecDeque<Pending> = VecDeque::new();
+    let mut last_have: Option<Instant> = None;
+    let mut connected = false;
+    loop {
+        let (batch, full, done) = {
+            let mut sched = ctx.sched.lock().expect("scheduler lock");
+            let mut batch = Vec::new();
+            while pending.len() + batch.len() < ctx.req.parallelism.max(1) {
+                match sched.next_for(idx) {
+                    Some(i) => batch.push(i),
+                    None => break,
+                }
+            }
+            if !batch.is_empty() {
+                ctx.set.set_coming(sched.in_flight());
+            }
+            (batch, sched.is_full(idx), sched.is_done())
+        };
+        if done && pending.is_empty() {
+            return Ok(());
+        }
+        let mut out = Vec::new();
+        for i in batch {
+            out.extend(Request::GetChunk(ctx.set.table.chunks[i].digest).encode());
+            pending.push_back(Pending::Chunk(i));
+        }
+        let poll_due = last_have.is_none_or(|at| at.elapsed() >= t.have_poll);
+        if !full && poll_due && !pending.contains(&Pending::Have) {
+            out.extend(Request::Have(set_digest).encode());
+            pending.push_back(Pending::Have);
+            last_have = Some(Instant::now());
+        }
+        if !out.is_empty() {
+            timeout(t.response, s.write_all(&out))
+                .await
+                .map_err(|_| WeightsError::Timeout {
+                    what: "sending requests".into(),
+                    peer: Some(src),
+                    after: t.response,
+                })?
+                .map_err(io)?;
+        }
+        let Some(expect) = pending.pop_front() else {
+            // Nothing to ask this source now: wait for news (a requeue, a peer's progress).
+            tokio::select! {
+                _ = ctx.changed.notified() => {}
+                _ = tokio::time::sleep(t.have_poll) => {}
+            }
+            continue;
+        };
+        let what = match expect {
+            Pending::Chunk(i) => format!("chunk #{i}"),
+            Pending::Have => "the list of held chunks".into(),
+        };
+        let resp = read_response(&mut s, src, t.response, &what).await?;
+        match (expect, resp) {
+            (
+                Pending::Have,
+                Response::HaveBits {
+                    set,
+                    chunks,
+                    bits,
+                    coming,
+                },
+            ) if set == set_digest => {
+                let n = ctx.set.table.len();
+                let parse = |b: &[u8]| {
+                    (chunks as usize == n)
+                        .then(|| ChunkBits::from_bytes(n, b))
+                        .flatten()
+                        .ok_or_else(|| WeightsError::protocol(Some(src), "malformed chunk bitmap"))
+                };
+                let (bits, coming) = (parse(&bits)?, parse(&coming)?);
+                let complete = bits.is_full();
+                ctx.sched
+                    .lock()
+                    .expect("scheduler lock")
+                    .set_holdings(idx, bits, coming);
+                if !connected {
+                    connected = true;
+                    ctx.progress.record(SyncEvent::SourceConnected {
+                        source: src,
+                        complete,
+                    });
+                }
+                ctx.changed.notify_waiters();
+            }
+            (Pending::Have, Response::Missing(_)) => {
+                // A fellow joiner that has not started on this set yet.
+                ctx.sched.lock().expect("scheduler lock").set_holdings(
+                    idx,
+                    ChunkBits::new(ctx.set.table.len()),
+                    ChunkBits::new(ctx.set.table.len()),
+                );
+            }
+            (Pending::Chunk(i), Response::Chunk { chunk, data })
+                if chunk == ctx.set.table.chunks[i].digest =>
+            {
+                accept_chunk(ctx, idx, src, i, data).await?;
+            }
+            (Pending::Chunk(i), Response::Missing(_)) => {
+                ctx.sched.lock().expect("scheduler lock").missing(i, idx);
+                ctx.changed.notify_waiters();
+            }
+            (_, other) => return Err(unexpected(src, &other)),
+        }
+    }
+}
+
+/// Hashes a received chunk against the manifest and writes it, or reports it corrupt.
+async fn accept_chunk(
+    ctx: &Ctx,
+    idx: usize,
+    src: SocketAddr,
+    i: usize,
+    data: Vec<u8>,
+) -> Result<()> {
+    let info = ctx.set.table.chunks[i].clone();
+    let set = ctx.set.clone();
+    let len = data.len() as u64;
+    let verdict = blocking(move || {
+        let actual = Digest::of(&data);
+        if actual != info.digest || data.len() as u64 != info.len {
+            return Ok(Err(actual));
+        }
+        set.write_chunk(i, &data).map(Ok)
+    })
+    .await?;
+    match verdict {
+        Ok(()) => {
+            ctx.sched.lock().expect("scheduler lock").complete(i);
+            *ctx.last_progress.lock().expect("progress lock") = Instant::now();
+            ctx.progress.record(SyncEvent::ChunkVerified {
+                index: i,
+                source: src,
+                bytes: len,
+            });
+        }
+        Err(actual) => {
+            let chunk = ctx.set.table.chunks[i].digest;
+            let after = ctx.sched.lock().expect("scheduler lock").corrupt(i, idx);
+            tracing::warn!(source = %src, chunk = %chunk, index = i, actual = %actual, "corrupt chunk; refetching");
+            ctx.progress.record(SyncEvent::CorruptChunk {
+                index: i,
+                chunk,
+                source: src,
+                actual,
+            });
+            if after == AfterCorrupt::Drop {
+                ctx.changed.notify_waiters();
+                return Err(WeightsError::DigestMismatch {
+                    subject: Subject::Chunk { index: i },
+                    peer: Some(src),
+                    expected: chunk,
+                    actual,
+                });
+            }
+        }
+    }
+    ctx.changed.notify_waiters();
+    Ok(())
+}
