@@ -91,7 +91,7 @@ def tables(rows, links):
 def targets(rows, links):
     """Issue 3's targets, as ratios from this run."""
     idx = {(r["impl"], r["mech"], r["scen"], r["world"], r["op"], nominal(r["bytes"])): r for r in rows}
-    out = ["\n## Targets (ratios from this run)\n",
+    out = ["\n## Targets (ratios within one run of each scenario)\n",
            "| target | scenario | ranks | size | hcomm | reference | ratio | met |", "|---|---|---:|---:|---:|---:|---:|:-:|"]
     keys = sorted({(r["scen"], r["world"]) for r in rows if r["impl"] == "hcomm"})
     for scen, world in keys:
@@ -140,8 +140,8 @@ def main():
            "reduce-scatter input and the all-to-all send buffer, in f32; *time* is the mean per iteration "
            "of the slowest rank; algbw = size / time; busbw = algbw × 2(n−1)/n for all-reduce, (n−1)/n for "
            "all-gather, reduce-scatter and all-to-all, 1 for broadcast. ✗N marks N wrong elements in the "
-           "checked iteration. Every implementation runs with the same sizes and iteration policy "
-           "(agent/comm/bench/policy.py) in the same run.",
+           "checked iteration. Within a scenario every implementation runs with the same sizes and "
+           "iteration policy (agent/comm/bench/policy.py) in the same run.",
            "",
            "## Run",
            "",

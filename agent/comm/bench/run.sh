@@ -5,6 +5,8 @@
 #
 #   sudo agent/comm/bench/run.sh            # full run (tens of minutes on 2 cores)
 #   QUICK=1 agent/comm/bench/run.sh         # smoke run: small sizes, fewer scenarios
+#   LOOP_WORLDS= APPEND=1 agent/comm/bench/run.sh   # only the shaped scenarios, added to the
+#                                                   # results of an earlier run (OUT=...)
 #
 # Scenarios:
 #   loopback   ranks as processes on one host (hcomm, Open MPI tcp + sm, Gloo); world sizes $LOOP_WORLDS
@@ -21,28 +23,33 @@ PY=/usr/bin/python3
 OUT=${OUT:-$ROOT/target/bench}
 DOC=${DOC:-$ROOT/docs/benchmarks.md}
 if [[ -n "${QUICK:-}" ]]; then
-    LOOP_WORLDS=${LOOP_WORLDS:-2 4}
-    NET_WORLD=${NET_WORLD:-2}
-    RATES=${RATES:-1gbit}
+    LOOP_WORLDS=${LOOP_WORLDS-2 4}
+    NET_WORLD=${NET_WORLD-2}
+    RATES=${RATES-1gbit}
     SIZES=${SIZES:-"-b 4K -e 16M -f 4"}
     LOOP_BUDGET=${LOOP_BUDGET:-32M}
     NET_BUDGET=${NET_BUDGET:-16M}
 else
-    LOOP_WORLDS=${LOOP_WORLDS:-2 4 8}
-    NET_WORLD=${NET_WORLD:-4}
-    RATES=${RATES:-1gbit 5gbit}
+    LOOP_WORLDS=${LOOP_WORLDS-2 4 8}
+    NET_WORLD=${NET_WORLD-4}
+    RATES=${RATES-1gbit 5gbit}
     SIZES=${SIZES:-"-b 4K -e 256M -f 4"}
     LOOP_BUDGET=${LOOP_BUDGET:-128M}
     NET_BUDGET=${NET_BUDGET:-64M}
 fi
 OPS=${OPS:-all_reduce,all_gather,reduce_scatter,broadcast,all_to_all}
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca pml ob1)
+# 2 cores shared by up to 8 ranks: Open MPI must yield when idle instead of busy-polling (it
+# only infers that from slot counts, which the per-namespace hostfile does not show).
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca pml ob1 --mca mpi_yield_when_idle 1)
 
 mkdir -p "$OUT"
 RES=$OUT/results.jsonl
 CMDS=$OUT/commands.txt
-: >"$RES"
-: >"$CMDS"
+if [[ -z "${APPEND:-}" ]]; then
+    : >"$RES"
+    : >"$CMDS"
+    : >"$OUT/meta.txt"
+fi
 
 to_bytes() { # 4K / 16M / 256M -> bytes (python policy flags take plain numbers)
     local v=$1
@@ -65,6 +72,7 @@ run() { # run and record a command line
 
 meta() {
     {
+        echo "run: loopback worlds [${LOOP_WORLDS}], shaped rates [${RATES}] with ${NET_WORLD} hosts"
         echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
         echo "host: $(uname -srm), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB"
         echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -73,7 +81,7 @@ meta() {
         echo "mpi4py: $($PY -c 'import mpi4py; print(mpi4py.__version__)')"
         echo "PyTorch (Gloo): $($PY -c 'import torch; print(torch.__version__)')"
         echo "iperf3: $(iperf3 --version | head -1)"
-    } >"$OUT/meta.txt"
+    } >>"$OUT/meta.txt"
 }
 
 build() {
@@ -97,7 +105,7 @@ loopback() {
             $PY "$HERE/mpi_bench.py" --ops "$OPS" "${PYSIZES[@]}" --budget "$(to_bytes "$LOOP_BUDGET")" \
             --transport sm/loopback --json "$RES"
         log "loopback, $n ranks: Gloo"
-        record "for r in 0..$((n - 1)): $PY $HERE/gloo_bench.py --rank \$r --world $n --master 127.0.0.1:29500 --ifname lo ..."
+        record "for r in 0..$((n - 1)): $PY $HERE/gloo_bench.py --rank \$r --world $n --master 127.0.0.1:29500 --ifname lo --ops $OPS ${PYSIZES[*]} --budget $(to_bytes "$LOOP_BUDGET") --transport tcp/loopback --json $RES"
         PIDS=()
         for ((r = 0; r < n; r++)); do
             bg_rank "$r" $PY "$HERE/gloo_bench.py" --rank "$r" --world "$n" --master 127.0.0.1:29500 --ifname lo \
@@ -145,7 +153,7 @@ EOF
     local rootf=$OUT/root-info-$rate
     rm -f "$rootf"
     PIDS=()
-    record "for i in 0..$((n - 1)): ip netns exec hcb-h\$i $BENCH worker --rank \$i --world $n --root-info-file $rootf --bind eth0 --ops $OPS $SIZES --budget $NET_BUDGET"
+    record "for i in 0..$((n - 1)): ip netns exec hcb-h\$i $BENCH worker --rank \$i --world $n --root-info-file $rootf --bind eth0 --ops $OPS $SIZES --budget $NET_BUDGET --json $RES --label $label"
     for ((i = 0; i < n; i++)); do
         bg_rank "$i" in_ns "$i" "$BENCH" worker --rank "$i" --world "$n" --root-info-file "$rootf" --bind eth0 \
             --ops "$OPS" $SIZES --budget "$NET_BUDGET" --json "$RES" --label "$label"
@@ -162,7 +170,7 @@ EOF
         --transport "$label" --json "$RES"
 
     log "$rate: Gloo"
-    record "for i in 0..$((n - 1)): ip netns exec hcb-h\$i $PY $HERE/gloo_bench.py --rank \$i --world $n --master $ip0:29500 --ifname eth0 ..."
+    record "for i in 0..$((n - 1)): ip netns exec hcb-h\$i $PY $HERE/gloo_bench.py --rank \$i --world $n --master $ip0:29500 --ifname eth0 --ops $OPS ${PYSIZES[*]} --budget $(to_bytes "$NET_BUDGET") --transport $label --json $RES"
     PIDS=()
     for ((i = 0; i < n; i++)); do
         bg_rank "$i" in_ns "$i" $PY "$HERE/gloo_bench.py" --rank "$i" --world "$n" --master "$ip0:29500" \

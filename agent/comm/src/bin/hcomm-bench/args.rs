@@ -22,6 +22,7 @@ common:
   --budget SIZE         bytes timed per size (iterations = budget/size, 2..50) [256M]
   --dtype T             f32|f64|f16|bf16|i8|u8|i32|i64               [f32]
   --algo A              auto|ring|tree (all-reduce, broadcast)       [auto, or HCOMM_ALGO]
+  --segment SIZE        pipeline segment of ring/chain schedules      [engine default]
   --bind SPEC           interface (NCCL SOCKET_IFNAME syntax) or IP   [127.0.0.1]
   --secret S            group secret                                 [hcomm-bench]
   --json FILE           append one JSON object per row (for the comparison table)
@@ -44,6 +45,7 @@ pub struct Args {
     pub budget: usize,
     pub dtype: DataType,
     pub algo: Option<Algorithm>,
+    pub segment: Option<usize>,
     pub bind: String,
     pub secret: String,
     pub json: Option<PathBuf>,
@@ -69,6 +71,7 @@ impl Args {
             budget: 256 << 20,
             dtype: DataType::F32,
             algo: None,
+            segment: None,
             bind: "127.0.0.1".into(),
             secret: "hcomm-bench".into(),
             json: None,
@@ -110,6 +113,7 @@ impl Args {
                 "--budget" => a.budget = plan::parse_bytes(&value)?,
                 "--dtype" => a.dtype = value.parse().map_err(|e| format!("{e}"))?,
                 "--algo" => a.algo = Some(value.parse().map_err(|e| format!("{e}"))?),
+                "--segment" => a.segment = Some(plan::parse_bytes(&value)?),
                 "--bind" => a.bind = value,
                 "--secret" => a.secret = value,
                 "--json" => a.json = Some(value.into()),

@@ -57,6 +57,9 @@ async fn rank_main(args: &Args) -> Result<(), String> {
     let mut cfg = CommConfig::new(args.world, args.rank, root, 1);
     cfg.group = "hcomm-bench".into();
     cfg.algorithm = args.algo;
+    if let Some(s) = args.segment {
+        cfg.segment_bytes = s;
+    }
     cfg.init_timeout = Duration::from_secs(120);
     cfg.op_timeout = Duration::from_secs(args.timeout_secs);
     let comm = TcpComm::init_on(ep, cfg).await.map_err(|e| e.to_string())?;

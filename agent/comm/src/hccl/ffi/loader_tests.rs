@@ -22,11 +22,27 @@ fn build_stub(dir: &Path, file: &str, symbols: &[&str]) {
     assert!(status.success());
 }
 
-fn tempdir(name: &str) -> std::path::PathBuf {
+/// A scratch directory removed when the test ends.
+struct TempDir(std::path::PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tempdir(name: &str) -> TempDir {
     let d = std::env::temp_dir().join(format!("hcomm-loader-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TempDir(d)
 }
 
 fn only(dir: &Path) -> LibrarySearch {
