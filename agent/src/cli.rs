@@ -5,7 +5,7 @@
 //!     [--cpu-devices N] [--socket PATH] [--allowed-uid UID]... [--metrics-addr ADDR]
 //!     [--probe-port P] [--comm-port-base P] [--probe-secret-file F] [--group-secret-dir D]
 //!     [--poll-interval-ms MS] [--health-interval-secs S] [--inventory-interval-secs S]
-//!     [--retry-backoff-ms MS] [--shm-min-bytes B] [--weights-root D]
+//!     [--retry-backoff-ms MS] [--shm-min-bytes B] [--weights-dir D] [--weights-port P]
 //!     [--verify-timeout-secs S] [--ascend-root D] [--super-pod X] [--rack X] [--switch X]
 //! hcomm-agent diagnose [--socket-ifname S] [--data-address IP] [--management-interface IF]
 //!     [--peers name=ip,...] [--rank-table FILE] [--node-name NODE] [--devices 0,1]
@@ -161,8 +161,13 @@ fn run_args(mut f: Flags) -> Result<AgentConfig> {
     if let Some(b) = f.parsed("shm-min-bytes")? {
         c.shm_min_bytes = b;
     }
-    if let Some(d) = f.one("weights-root") {
+    // `--weights-root` is the older spelling of `--weights-dir`.
+    let (dir, root) = (f.one("weights-dir"), f.one("weights-root"));
+    if let Some(d) = dir.or(root) {
         c.weights_root = d.into();
+    }
+    if let Some(p) = f.parsed("weights-port")? {
+        c.weights_port = p;
     }
     c.verify_timeout_cap = f
         .parsed::<f64>("verify-timeout-secs")?
@@ -263,6 +268,23 @@ mod tests {
         assert_eq!(c.sources.cpu_devices, Some(2));
         assert_eq!(c.allowed_uids, [0, 1000]);
         assert_eq!(c.health_interval, Duration::from_millis(500));
+        assert_eq!(c.weights_port, 7512);
+        assert_eq!(c.weights_root, PathBuf::from("/var/lib/hcomm/weights"));
+        let Command::Run(c) = parse(&args(
+            "run --node-name n1 --weights-dir /w --weights-port 9000",
+        ))
+        .unwrap() else {
+            panic!("not run")
+        };
+        assert_eq!(
+            (c.weights_root.as_path(), c.weights_port),
+            (std::path::Path::new("/w"), 9000)
+        );
+        let Command::Run(c) = parse(&args("run --node-name n1 --weights-root /old")).unwrap()
+        else {
+            panic!("not run")
+        };
+        assert_eq!(c.weights_root, PathBuf::from("/old"));
     }
 
     #[test]

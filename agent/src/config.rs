@@ -40,8 +40,11 @@ pub struct AgentConfig {
     pub inventory_interval: Duration,
     pub retry_backoff: Duration,
     pub shm_min_bytes: u64,
-    /// Where weights land (`<root>/<namespace>/<group>/<version>`).
+    /// The node's weight store (`--weights-dir`): verified sets under `versions/`, the
+    /// worker reads `<dir>/current`.
     pub weights_root: PathBuf,
+    /// Port of the weights chunk server on every node's data address (`--weights-port`).
+    pub weights_port: u16,
     /// Caps the group's connect timeout for verification probes.
     pub verify_timeout_cap: Option<Duration>,
 }
@@ -68,6 +71,7 @@ impl AgentConfig {
             retry_backoff: Duration::from_secs(5),
             shm_min_bytes: 64 << 20,
             weights_root: "/var/lib/hcomm/weights".into(),
+            weights_port: 7512,
             verify_timeout_cap: None,
         }
     }

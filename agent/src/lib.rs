@@ -5,7 +5,8 @@
 //! [`member::driver`] watches the member Pods on this node and runs each through the
 //! lifecycle state machine ([`member::state`]): verification ([`nic`]: data NIC choice,
 //! link probes, device/version/shm checks) → weight sync (through
-//! [`member::weights::WeightsSyncer`]) → joining the group's domain on the TCP engine
+//! [`member::weights::WeightsSyncer`], implemented on the [`weights`] engine by
+//! [`member::weights_sync::EngineSyncer`]) → joining the group's domain on the TCP engine
 //! ([`member::domain`]) → readiness gate → drain → leave. The inference worker talks to the
 //! agent over [`local_api`]; [`health`] probes links and the domain; [`metrics`] exports
 //! Prometheus text; [`diagnose`] runs the operator's checklist. Kubernetes I/O stays at the

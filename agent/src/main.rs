@@ -1,6 +1,4 @@
 //! `hcomm-agent`: parse the command line, start logging, run.
-use std::sync::Arc;
-
 use hcomm_agent::cli::{self, Command};
 
 #[tokio::main]
@@ -14,13 +12,7 @@ async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match cli::parse(&args)? {
         Command::Help => println!("{}", cli::USAGE),
-        Command::Run(cfg) => {
-            hcomm_agent::run::run(
-                *cfg,
-                Arc::new(hcomm_agent::member::weights::DeclaredSourceOnly),
-            )
-            .await?
-        }
+        Command::Run(cfg) => hcomm_agent::run::run(*cfg).await?,
         Command::Diagnose(a) => {
             let (rows, text) = hcomm_agent::diagnose::run(&a).await;
             print!("{text}");

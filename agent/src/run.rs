@@ -1,6 +1,7 @@
 //! `hcomm-agent run`: wires the parts together — inventory refresh and `HcommNode`
-//! publishing, the link-probe server on the data address, the local worker API, metrics,
-//! the member driver and the health probes — and shuts them down on SIGTERM/Ctrl-C.
+//! publishing, the link-probe server and the weights chunk server on the data address, the
+//! local worker API, metrics, the member driver (weight sync through
+//! [`EngineSyncer`] into the node's [`WeightStore`]) and the health probes — and shuts them down on SIGTERM/Ctrl-C.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,8 +15,9 @@ use crate::config::{AgentConfig, Context};
 use crate::error::{Error, Result};
 use crate::inventory::{self, publish::publish};
 use crate::local_api::server::{self as api_server, Access};
-use crate::member::weights::WeightsSyncer;
+use crate::member::weights_sync::EngineSyncer;
 use crate::nic::NicRule;
+use crate::weights::{ChunkServer, GroupSecret, ServerConfig, WeightStore};
 
 fn node_rule(cfg: &AgentConfig) -> NicRule {
     NicRule {
@@ -75,11 +77,22 @@ async fn shutdown_signal() {
 }
 
 /// Runs the agent until a shutdown signal.
-pub async fn run(cfg: AgentConfig, weights: Arc<dyn WeightsSyncer>) -> Result<()> {
+pub async fn run(cfg: AgentConfig) -> Result<()> {
     let client = kube::Client::try_default()
         .await
         .map_err(Error::kube("connect to the API server"))?;
-    let ctx = Arc::new(Context::new(cfg, client, weights));
+    // One weight store per node: what the chunk server serves is what the syncer installs.
+    // Weights connections between agents authenticate with the agents' shared secret
+    // (`--probe-secret-file`).
+    let store = WeightStore::open(&cfg.weights_root).map_err(|e| {
+        Error::Config(format!(
+            "open the weight store {} (--weights-dir): {e}",
+            cfg.weights_root.display()
+        ))
+    })?;
+    let weights_secret = GroupSecret::new(cfg.probe_secret.as_slice().to_vec());
+    let syncer = EngineSyncer::new(store.clone(), cfg.weights_port, weights_secret.clone());
+    let ctx = Arc::new(Context::new(cfg, client, Arc::new(syncer)));
     // The first inventory must exist before members are verified against it.
     let mut first = refresh_inventory(&ctx).await;
     for _ in 0..5 {
@@ -120,6 +133,19 @@ pub async fn run(cfg: AgentConfig, weights: Arc<dyn WeightsSyncer>) -> Result<()
         ctx.cfg.node_name.clone(),
         stopped(),
     ));
+    let weights_addr = SocketAddr::new(data_ip, ctx.cfg.weights_port);
+    let weights_l = tokio::net::TcpListener::bind(weights_addr)
+        .await
+        .map_err(Error::io(format!(
+            "bind weights chunk server on {weights_addr}"
+        )))?;
+    tracing::info!(%weights_addr, store = %store.root().display(), "serving weights");
+    let weights_task = tokio::spawn(ChunkServer::serve(
+        weights_l,
+        store,
+        ServerConfig::new(weights_secret),
+        stopped(),
+    ));
     let api_l = api_server::bind(&ctx.cfg.socket_path)?;
     let api_task = tokio::spawn(api_server::serve(
         api_l,
@@ -150,7 +176,7 @@ pub async fn run(cfg: AgentConfig, weights: Arc<dyn WeightsSyncer>) -> Result<()
     inv_task.abort();
     health_task.abort();
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), driver).await;
-    let _ = tokio::join!(probe_task, api_task, metrics_task);
+    let _ = tokio::join!(probe_task, api_task, metrics_task, weights_task);
     let _ = std::fs::remove_file(&ctx.cfg.socket_path);
     Ok(())
 }

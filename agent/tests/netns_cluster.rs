@@ -1,7 +1,10 @@
 //! The real agent binary on simulated hosts (network namespaces with separate data and
 //! management subnets) against a real API server: a host whose data link is cut is refused
 //! with the NIC message within the connect timeout; members join and turn their readiness
-//! gate True; a drain waits for the in-flight count reported over the local API.
+//! gate True; a drain waits for the in-flight count reported over the local API; a group
+//! with `spec.weights`: the first member imports the declared source (digest-checked), a
+//! later member fetches the set from it over the data network, and a wrong digest is
+//! refused with `DigestMismatch`.
 //!
 //! Needs root (namespaces) and the cached control-plane binaries; skips with a message
 //! otherwise.
@@ -40,6 +43,7 @@ async fn create_group(
     client: &kube::Client,
     name: &str,
     members: &[(String, String, i32)],
+    weights: Option<serde_json::Value>,
 ) -> Result<()> {
     let groups: Api<hcomm_crds::HcommGroup> = Api::namespaced(client.clone(), NS);
     let g: hcomm_crds::HcommGroup = serde_json::from_value(json!({
@@ -51,6 +55,7 @@ async fn create_group(
             "scaling": {"drainTimeoutSeconds": 60},
             // The CRD's subgroup CEL rule fails on an absent list (reported), so send one.
             "subgroups": [{"name": "dp", "scope": "Group"}],
+            "weights": weights,
             "template": {"spec": {"containers": [{"name": "worker", "image": "worker"}]}}
         }
     }))?;
@@ -73,24 +78,86 @@ async fn create_group(
         })))
         .await
         .context("group status")?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     for (i, (node, _, dev)) in members.iter().enumerate() {
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": format!("{name}-{i}"), "namespace": NS,
-                "labels": {"hcomm.io/group": name, "hcomm.io/member-index": i.to_string(), "hcomm.io/rank": i.to_string()},
-                "annotations": {"hcomm.io/devices": dev.to_string()}},
-            "spec": {"nodeName": node, "readinessGates": [{"conditionType": "hcomm.io/member-ready"}],
-                "containers": [{"name": "worker", "image": "worker", "env": [
-                    {"name": "RANK_ID", "value": i.to_string()},
-                    {"name": "RANK_SIZE", "value": members.len().to_string()},
-                    {"name": "LOCAL_RANK_SIZE", "value": "1"},
-                    {"name": "ASCEND_VISIBLE_DEVICES", "value": dev.to_string()},
-                    {"name": "HCOMM_EPOCH", "value": "1"}]}]}
-        }))?;
-        pods.create(&PostParams::default(), &pod)
-            .await
-            .context("create pod")?;
+        create_pod(client, name, i, members.len(), node, *dev, 1).await?;
     }
+    Ok(())
+}
+
+async fn create_pod(
+    client: &kube::Client,
+    name: &str,
+    i: usize,
+    world: usize,
+    node: &str,
+    dev: i32,
+    epoch: u64,
+) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": format!("{name}-{i}"), "namespace": NS,
+            "labels": {"hcomm.io/group": name, "hcomm.io/member-index": i.to_string(), "hcomm.io/rank": i.to_string()},
+            "annotations": {"hcomm.io/devices": dev.to_string()}},
+        "spec": {"nodeName": node, "readinessGates": [{"conditionType": "hcomm.io/member-ready"}],
+            "containers": [{"name": "worker", "image": "worker", "env": [
+                {"name": "RANK_ID", "value": i.to_string()},
+                {"name": "RANK_SIZE", "value": world.to_string()},
+                {"name": "LOCAL_RANK_SIZE", "value": "1"},
+                {"name": "ASCEND_VISIBLE_DEVICES", "value": dev.to_string()},
+                {"name": "HCOMM_EPOCH", "value": epoch.to_string()}]}]}
+    }))?;
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .context("create pod")?;
+    Ok(())
+}
+
+/// Scales a group to `members` at `epoch`: a new rank table, the group status, and a Pod
+/// for each member from `first_new` on.
+async fn scale_group(
+    client: &kube::Client,
+    name: &str,
+    members: &[(String, String, i32)],
+    epoch: u64,
+    first_new: usize,
+) -> Result<()> {
+    let cm_name = format!("{name}-rank-table-{epoch}");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": cm_name, "namespace": NS},
+        "data": {"rank_table.json": rank_table(members), "epoch": epoch.to_string()}
+    }))?;
+    cms.create(&PostParams::default(), &cm)
+        .await
+        .context("create rank table")?;
+    let groups: Api<hcomm_crds::HcommGroup> = Api::namespaced(client.clone(), NS);
+    groups
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "status": {"replicas": members.len(), "epoch": epoch, "rankTable": cm_name}
+            })),
+        )
+        .await
+        .context("group status")?;
+    for (i, (node, _, dev)) in members.iter().enumerate().skip(first_new) {
+        create_pod(client, name, i, members.len(), node, *dev, epoch).await?;
+    }
+    Ok(())
+}
+
+/// A small deterministic weights directory (a few MiB, several chunks).
+fn make_weights(dir: &std::path::Path) -> Result<()> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir.join("shards"))?;
+    let big: Vec<u8> = (0..(5u32 << 20))
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(dir.join("shards/model-00001.bin"), &big)?;
+    let small: Vec<u8> = (0..(1u32 << 20) + 17).map(|i| (i % 253) as u8).collect();
+    std::fs::write(dir.join("shards/model-00002.bin"), &small)?;
+    std::fs::write(dir.join("config.json"), br#"{"layers": 2}"#)?;
     Ok(())
 }
 
@@ -141,6 +208,11 @@ fn ask(sock: &PathBuf, line: &str) -> Result<serde_json::Value> {
     Ok(serde_json::from_str(&out)?)
 }
 
+/// Each simulated host's weight store (they share one file system).
+fn weights_dir(host: usize) -> PathBuf {
+    std::env::temp_dir().join(format!("hcomm-it-weights-{}-{host}", std::process::id()))
+}
+
 struct Agents {
     _procs: Vec<HostProcess>,
     sockets: Vec<PathBuf>,
@@ -155,9 +227,15 @@ fn start_agents(hosts: &SimHosts, kubeconfig: &std::path::Path) -> Result<Agents
             std::process::id(),
             h.index()
         ));
+        let weights_dir = weights_dir(h.index());
+        let _ = std::fs::remove_dir_all(&weights_dir);
         let mut cmd = h.command(env!("CARGO_BIN_EXE_hcomm-agent"));
         cmd.args([
             "run",
+            "--weights-dir",
+            &weights_dir.display().to_string(),
+            "--weights-port",
+            "7512",
             "--node-name",
             h.name(),
             "--data-address",
@@ -259,7 +337,7 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
         .map(|h| (h.name().to_owned(), h.data_ip().to_string(), 1))
         .collect();
     let created = Instant::now();
-    create_group(&client, "gcut", &members).await?;
+    create_group(&client, "gcut", &members, None).await?;
     let (reason, message) = wait_condition(
         &pods,
         "gcut-2",
@@ -300,7 +378,7 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
         .iter()
         .map(|h| (h.name().to_owned(), h.data_ip().to_string(), 0))
         .collect();
-    create_group(&client, "gok", &ok).await?;
+    create_group(&client, "gok", &ok, None).await?;
     for p in ["gok-0", "gok-1"] {
         wait_condition(
             &pods,
@@ -388,7 +466,82 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
         Some("True".into())
     );
 
-    // 4. `diagnose` on host-0 finds the injected faults: socketIfname pointing at the
+    // 4. Weights: the first member imports the declared source (digest-checked), a later
+    //    member fetches the set from it over the data network, a wrong digest is refused.
+    let src = std::env::temp_dir().join(format!("hcomm-it-weights-src-{}", std::process::id()));
+    make_weights(&src)?;
+    let digest =
+        hcomm_agent::weights::manifest_digest(&src, hcomm_agent::weights::DEFAULT_CHUNK_SIZE)?;
+    let weights =
+        |d: String| json!({"source": src.display().to_string(), "version": "it-v1", "digest": d});
+    let h = hosts.hosts();
+    let member = |i: usize| (h[i].name().to_owned(), h[i].data_ip().to_string(), 1);
+    create_group(
+        &client,
+        "gw",
+        &[member(0)],
+        Some(weights(digest.to_string())),
+    )
+    .await?;
+    let (reason, message) = wait_condition(
+        &pods,
+        "gw-0",
+        "hcomm.io/weights-synced",
+        "True",
+        Duration::from_secs(60),
+    )
+    .await?;
+    assert!(
+        message.contains("imported from source"),
+        "{reason}: {message}"
+    );
+    scale_group(&client, "gw", &[member(0), member(1)], 2, 1).await?;
+    let (reason, message) = wait_condition(
+        &pods,
+        "gw-1",
+        "hcomm.io/weights-synced",
+        "True",
+        Duration::from_secs(60),
+    )
+    .await?;
+    assert!(
+        message.contains("fetched from peers")
+            && message.contains(&format!("{}:7512", h[0].data_ip())),
+        "{reason}: {message}"
+    );
+    let current = weights_dir(1).join("current");
+    let a = ask(&agents.sockets[1], r#"{"op":"assignment","pod":"gw-1"}"#)?;
+    assert_eq!(
+        a["assignment"]["weights_path"],
+        current.display().to_string(),
+        "{a}"
+    );
+    for f in [
+        "shards/model-00001.bin",
+        "shards/model-00002.bin",
+        "config.json",
+    ] {
+        assert!(
+            std::fs::read(current.join(f))? == std::fs::read(src.join(f))?,
+            "{f} differs after the fetch"
+        );
+    }
+    let wrong = hcomm_agent::weights::Digest::of(b"not these weights").to_string();
+    create_group(&client, "gbad", &[member(2)], Some(weights(wrong))).await?;
+    let (reason, message) = wait_condition(
+        &pods,
+        "gbad-0",
+        "hcomm.io/weights-synced",
+        "False",
+        Duration::from_secs(60),
+    )
+    .await?;
+    assert_eq!(reason, "DigestMismatch", "{message}");
+    assert!(message.contains(&digest.to_string()), "{message}");
+    assert!(!weights_dir(2).join("current").exists());
+    let _ = std::fs::remove_dir_all(&src);
+
+    // 5. `diagnose` on host-0 finds the injected faults: socketIfname pointing at the
     //    management NIC, a device mapping mismatch, and host-1's cut data link.
     hosts.cut_data(1)?;
     let h0 = &hosts.hosts()[0];
@@ -447,6 +600,9 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
     drop(agents);
     for s in sockets {
         let _ = std::fs::remove_file(s); // killed agents cannot remove their own
+    }
+    for i in 0..hosts.hosts().len() {
+        let _ = std::fs::remove_dir_all(weights_dir(i));
     }
     drop(cp);
     Ok(())

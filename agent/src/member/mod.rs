@@ -1,6 +1,7 @@
 //! The member lifecycle on this node: the Pod watch ([`driver`]) runs a task per member
 //! ([`task`]) that drives the pure state machine ([`state`]) through verification
-//! ([`verify`]), weight sync (the [`weights::WeightsSyncer`] seam), joining the domain
+//! ([`verify`]), weight sync (the [`weights::WeightsSyncer`] seam, implemented by
+//! [`weights_sync::EngineSyncer`]), joining the domain
 //! ([`domain`], from the rank table: [`ranktable`], [`group`]) and drain, writing Pod
 //! conditions ([`conditions`]).
 
@@ -14,5 +15,6 @@ pub mod state;
 pub mod task;
 pub mod verify;
 pub mod weights;
+pub mod weights_sync;
 
 pub use state::{Action, Event, Phase, step};

@@ -104,6 +104,7 @@ pub enum Event {
         message: String,
     },
     WeightsFailed {
+        reason: &'static str,
         message: String,
     },
     Joined {
@@ -245,17 +246,19 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
                 Action::Join { epoch },
             ],
         ),
-        (P::Syncing, E::WeightsFailed { message }) => (
+        (P::Syncing, E::WeightsFailed { reason, message }) => (
             P::Failed {
                 stage: Stage::Sync,
                 message: message.clone(),
             },
-            vec![cond(
-                POD_WEIGHTS_SYNCED,
-                false,
-                reasons::SYNC_FAILED,
-                message,
-            )],
+            vec![
+                cond(POD_WEIGHTS_SYNCED, false, reason, message.clone()),
+                Action::Event {
+                    warning: true,
+                    reason,
+                    message,
+                },
+            ],
         ),
         (P::Joining { .. }, E::Joined { epoch }) => (
             P::Ready { epoch },
@@ -440,6 +443,36 @@ mod tests {
             ]
         );
         assert!(actions.contains(&Action::Notify(WorkerNotice::WeightsReady)));
+    }
+
+    #[test]
+    fn a_failed_sync_writes_its_reason_raises_an_event_and_never_joins() {
+        let (phase, actions) = run(vec![
+            Event::Start { epoch: 1 },
+            ok_verify(),
+            Event::WeightsFailed {
+                reason: "DigestMismatch",
+                message: "expected sha256:aa, got sha256:bb".into(),
+            },
+        ]);
+        assert!(matches!(
+            phase,
+            Phase::Failed {
+                stage: Stage::Sync,
+                ..
+            }
+        ));
+        assert!(!actions.iter().any(|a| matches!(a, Action::Join { .. })));
+        assert!(actions.iter().any(|a| matches!(a,
+            Action::Condition(c) if c.type_ == POD_WEIGHTS_SYNCED && !c.status && c.reason == "DigestMismatch")));
+        assert!(actions.iter().any(|a| matches!(
+            a,
+            Action::Event {
+                warning: true,
+                reason: "DigestMismatch",
+                ..
+            }
+        )));
     }
 
     #[test]

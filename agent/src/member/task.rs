@@ -311,6 +311,7 @@ impl Run {
         let epoch = self.planned_epoch();
         let Some(chosen) = self.chosen.clone() else {
             return Event::WeightsFailed {
+                reason: super::weights::reasons::SYNC_FAILED,
                 message: "no verified data interface".into(),
             };
         };
@@ -341,7 +342,15 @@ impl Run {
                 .unwrap_or_default(),
             epoch,
         };
-        match self.ctx.weights.sync(&req).await {
+        let result = self.ctx.weights.sync(&req).await;
+        let warnings = match &result {
+            Ok(o) => o.warnings.clone(),
+            Err(f) => f.warnings.clone(),
+        };
+        for (reason, message) in warnings {
+            self.event(true, reason, message).await;
+        }
+        match result {
             Ok(o) => {
                 self.ctx.metrics.sync_bytes.inc_by(o.bytes);
                 if o.seconds > 0.0 {
@@ -357,7 +366,10 @@ impl Run {
                     message: o.message,
                 }
             }
-            Err(message) => Event::WeightsFailed { message },
+            Err(f) => Event::WeightsFailed {
+                reason: f.reason,
+                message: f.message,
+            },
         }
     }
 

@@ -1,8 +1,7 @@
 //! The seam to weight sync: the member task calls a [`WeightsSyncer`]; the real
-//! implementation lives in `crate::weights` (written separately) and is plugged in by
-//! `run`. Until then [`DeclaredSourceOnly`] accepts a group without weights and a local
-//! source directory as-is (no chunk transfer, no digest check) — it never pretends a
-//! remote source was synced.
+//! implementation is [`super::weights_sync::EngineSyncer`] on top of `crate::weights`,
+//! plugged in by `run`. A failure carries a fixed reason (written on
+//! `hcomm.io/weights-synced=False` and used as the Event reason) and a message.
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -10,6 +9,24 @@ use std::path::PathBuf;
 use std::pin::Pin;
 
 use hcomm_crds::WeightsSpec;
+
+/// Reasons of `hcomm.io/weights-synced=False` (and of the sync Events).
+pub mod reasons {
+    /// The declared source (or a peer's manifest) does not hash to `spec.weights.digest`.
+    pub const DIGEST_MISMATCH: &str = "DigestMismatch";
+    /// No peer serves the set and the declared source cannot be read by the agent.
+    pub const NO_SOURCE: &str = "NoWeightsSource";
+    /// The peers that hold the set could not deliver it (lost, timed out, refused).
+    pub const PEER_FETCH_FAILED: &str = "PeerFetchFailed";
+    /// `spec.weights` is malformed (e.g. the digest is not `sha256:<64 hex>`).
+    pub const INVALID_SPEC: &str = "InvalidWeightsSpec";
+    /// Anything else (local I/O, no verified interface).
+    pub const SYNC_FAILED: &str = super::super::state::reasons::SYNC_FAILED;
+    /// A peer sent a chunk that did not hash right (refetched elsewhere): a warning Event.
+    pub const CORRUPT_CHUNK: &str = "CorruptWeightsChunk";
+    /// A peer was given up during the transfer (its chunks went elsewhere): a warning Event.
+    pub const SOURCE_LOST: &str = "WeightsSourceLost";
+}
 
 /// What a sync is asked to do.
 #[derive(Debug, Clone)]
@@ -19,7 +36,8 @@ pub struct WeightsRequest {
     pub pod: String,
     pub node: String,
     pub spec: Option<WeightsSpec>,
-    /// Where the verified weights must land (atomically).
+    /// Informational: where the member's weights conceptually belong; the engine installs
+    /// into its node store and hands out the store's `current` path.
     pub dest: PathBuf,
     /// The verified data interface and its address.
     pub interface: String,
@@ -34,101 +52,38 @@ pub struct WeightsRequest {
 pub struct WeightsOutcome {
     /// Where the worker reads the weights.
     pub path: Option<PathBuf>,
+    /// Bytes received over the network or imported from the source.
     pub bytes: u64,
     pub seconds: f64,
     pub message: String,
+    /// Warnings worth a Kubernetes Event (reason, message): corrupt chunks, lost sources.
+    pub warnings: Vec<(&'static str, String)>,
+}
+
+/// A failed sync: a fixed reason (see [`reasons`]) and a message naming what failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncFailure {
+    pub reason: &'static str,
+    pub message: String,
+    /// Warnings gathered before the failure.
+    pub warnings: Vec<(&'static str, String)>,
+}
+
+impl SyncFailure {
+    pub fn new(reason: &'static str, message: impl Into<String>) -> SyncFailure {
+        SyncFailure {
+            reason,
+            message: message.into(),
+            warnings: Vec::new(),
+        }
+    }
 }
 
 /// A boxed future of a sync.
-pub type SyncFuture<'a> = Pin<Box<dyn Future<Output = Result<WeightsOutcome, String>> + Send + 'a>>;
+pub type SyncFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<WeightsOutcome, SyncFailure>> + Send + 'a>>;
 
 /// Brings a member's weights in place and verified.
 pub trait WeightsSyncer: Send + Sync {
     fn sync<'a>(&'a self, req: &'a WeightsRequest) -> SyncFuture<'a>;
-}
-
-/// Placeholder until `crate::weights` provides the real syncer.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct DeclaredSourceOnly;
-
-impl WeightsSyncer for DeclaredSourceOnly {
-    fn sync<'a>(&'a self, req: &'a WeightsRequest) -> SyncFuture<'a> {
-        Box::pin(async move {
-            let Some(spec) = &req.spec else {
-                return Ok(WeightsOutcome {
-                    path: None,
-                    bytes: 0,
-                    seconds: 0.0,
-                    message: "the group declares no weights".into(),
-                });
-            };
-            let src = PathBuf::from(&spec.source);
-            if src.is_dir() {
-                Ok(WeightsOutcome {
-                    path: Some(src),
-                    bytes: 0,
-                    seconds: 0.0,
-                    message: format!(
-                        "weights {} read in place from {}",
-                        spec.version, spec.source
-                    ),
-                })
-            } else {
-                Err(format!(
-                    "weights source {} is not a local directory and peer sync is not available in this build",
-                    spec.source
-                ))
-            }
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn req(spec: Option<WeightsSpec>) -> WeightsRequest {
-        WeightsRequest {
-            namespace: "ns".into(),
-            group: "g".into(),
-            pod: "p".into(),
-            node: "n".into(),
-            spec,
-            dest: "/tmp/x".into(),
-            interface: "lo".into(),
-            local_ip: "127.0.0.1".parse().unwrap(),
-            peers: vec![],
-            epoch: 1,
-        }
-    }
-
-    #[tokio::test]
-    async fn no_weights_declared_is_synced_and_a_remote_source_is_refused() {
-        assert!(DeclaredSourceOnly.sync(&req(None)).await.is_ok());
-        let spec = WeightsSpec {
-            source: "https://example/w".into(),
-            version: "v1".into(),
-            digest: "sha256:00".into(),
-        };
-        assert!(
-            DeclaredSourceOnly
-                .sync(&req(Some(spec)))
-                .await
-                .unwrap_err()
-                .contains("not a local directory")
-        );
-        let spec = WeightsSpec {
-            source: "/".into(),
-            version: "v1".into(),
-            digest: "sha256:00".into(),
-        };
-        assert_eq!(
-            DeclaredSourceOnly
-                .sync(&req(Some(spec)))
-                .await
-                .unwrap()
-                .path,
-            Some("/".into())
-        );
-    }
 }
