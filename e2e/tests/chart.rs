@@ -150,6 +150,18 @@ fn cpu_mode_renders_without_npu_mounts_or_node_selector() -> Result<()> {
     );
     assert!(pod["nodeSelector"].is_null());
     assert!(rendered.contains("--cpu-devices=8"));
+    // The flags the chart passes are the agent's own (`hcomm-agent --help`).
+    for flag in [
+        "--probe-port=7510",
+        "--weights-port=7512",
+        "--health-interval-secs=10",
+        "--socket=/run/hcomm/agent.sock",
+    ] {
+        assert!(
+            rendered.contains(flag),
+            "{flag} missing from the agent args:\n{rendered}"
+        );
+    }
     assert!(
         pod["containers"][0]["image"]
             .as_str()
