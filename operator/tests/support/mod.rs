@@ -286,6 +286,17 @@ pub struct Operator {
 
 impl Operator {
     pub fn start(cluster: &Cluster, identity: &str) -> Result<Self> {
+        Self::start_as(cluster, identity, cluster.cp.kubeconfig_path(), "default")
+    }
+
+    /// Starts the operator with its own kubeconfig (e.g. one impersonating the chart's
+    /// ServiceAccount) and its Lease in `lease_namespace`.
+    pub fn start_as(
+        cluster: &Cluster,
+        identity: &str,
+        kubeconfig: &std::path::Path,
+        lease_namespace: &str,
+    ) -> Result<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -304,11 +315,11 @@ impl Operator {
             ])
             .args([
                 "--lease-namespace",
-                "default",
+                lease_namespace,
                 "--lease-name",
                 "hcomm-operator",
             ])
-            .env("KUBECONFIG", cluster.cp.kubeconfig_path())
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,kube=warn,hcomm_operator=debug")
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
