@@ -309,7 +309,12 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
             cp.create_fake_node(h.name(), BTreeMap::new()).await?;
         }
     }
-    let agents = start_agents(hosts, cp.kubeconfig_path())?;
+    // The agents run with exactly the RBAC the Helm chart grants: installed with the real
+    // helm, and the agents' kubeconfig acts as the chart's agent ServiceAccount. Whatever
+    // the chart forgot to grant fails this scenario.
+    hcomm_e2e::chart::install(&cp, &["agent.mode=cpu"])?;
+    let agent_kubeconfig = hcomm_e2e::chart::kubeconfig_as(&cp, hcomm_e2e::chart::AGENT_USER)?;
+    let agents = start_agents(hosts, &agent_kubeconfig)?;
     // Each agent publishes its HcommNode once it is up.
     let nodes: Api<hcomm_crds::HcommNode> = Api::all(client.clone());
     let deadline = Instant::now() + Duration::from_secs(60);

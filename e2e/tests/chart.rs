@@ -361,6 +361,7 @@ async fn helm_installs_into_a_real_control_plane_with_minimal_rbac() -> Result<(
             NAMESPACE,
         ),
         ("hcomm-agent", "patch", "pods/status", "default"),
+        ("hcomm-agent", "get", "pods/status", "default"),
         ("hcomm-agent", "watch", "pods", "default"),
         (
             "hcomm-agent",

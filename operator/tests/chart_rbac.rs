@@ -7,61 +7,19 @@ mod support;
 
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, ensure};
 use hcomm_crds::contract::ANNOTATION_DRAIN_REQUESTED;
-use hcomm_e2e::controlplane::assets;
+use hcomm_e2e::chart::{self, OPERATOR_USER, RELEASE_NAMESPACE};
 use support::{Cluster, Operator, group_manifest, run, wait_until};
-
-const RELEASE_NAMESPACE: &str = "hcomm-system";
-const OPERATOR_SA: &str = "system:serviceaccount:hcomm-system:hcomm-operator";
-
-/// Installs the chart (cpu mode) into the test's control plane with the real helm.
-fn helm_install(cluster: &Cluster) -> Result<()> {
-    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/hcomm");
-    let home = cluster.cp.state_dir().join("helm");
-    let out = std::process::Command::new(assets::helm()?)
-        .args([
-            "install",
-            "hcomm",
-            chart,
-            "--namespace",
-            RELEASE_NAMESPACE,
-            "--create-namespace",
-        ])
-        .args(["--set", "agent.mode=cpu", "--timeout", "120s"])
-        .env("KUBECONFIG", cluster.cp.kubeconfig_path())
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .output()?;
-    if !out.status.success() {
-        bail!("helm install: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(())
-}
-
-/// The admin kubeconfig, acting as `user` (the `as:` field, as `kubectl --as` does).
-fn impersonating_kubeconfig(cluster: &Cluster, user: &str) -> Result<std::path::PathBuf> {
-    let mut config = kube::config::Kubeconfig::read_from(cluster.cp.kubeconfig_path())?;
-    for named in &mut config.auth_infos {
-        named
-            .auth_info
-            .get_or_insert_with(Default::default)
-            .impersonate = Some(user.to_owned());
-    }
-    let path = cluster.cp.state_dir().join("operator-sa.kubeconfig");
-    std::fs::write(&path, serde_yaml::to_string(&config)?)?;
-    Ok(path)
-}
 
 #[test]
 fn the_operator_scales_out_and_drains_with_only_the_charts_rbac() {
     run(Duration::from_secs(300), || async {
         let cluster = Cluster::start("rbac").await?;
-        helm_install(&cluster)?;
+        chart::install(&cluster.cp, &["agent.mode=cpu"])?;
         cluster.add_node("n1", "r0", "s0", 4, "198.18.0.10").await?;
         cluster.add_node("n2", "r0", "s1", 4, "198.18.0.11").await?;
-        let kubeconfig = impersonating_kubeconfig(&cluster, OPERATOR_SA)?;
+        let kubeconfig = chart::kubeconfig_as(&cluster.cp, OPERATOR_USER)?;
         // The operator's client library honours the impersonation: what the chart does not
         // grant is refused through this very kubeconfig.
         let as_operator = kube::Client::try_from(
