@@ -152,6 +152,7 @@ fn cpu_mode_renders_without_npu_mounts_or_node_selector() -> Result<()> {
     assert!(rendered.contains("--cpu-devices=8"));
     // The flags the chart passes are the agent's own (`hcomm-agent --help`).
     for flag in [
+        "--probe-secret-file=/etc/hcomm/secret/probe-secret",
         "--probe-port=7510",
         "--weights-port=7512",
         "--health-interval-secs=10",
@@ -316,7 +317,7 @@ async fn helm_installs_into_a_real_control_plane_with_minimal_rbac() -> Result<(
     let mut get = cp.kubectl();
     get.args([
         "get",
-        "deployment,daemonset,serviceaccount,service",
+        "deployment,daemonset,serviceaccount,service,secret",
         "-n",
         NAMESPACE,
         "-o",
@@ -329,6 +330,7 @@ async fn helm_installs_into_a_real_control_plane_with_minimal_rbac() -> Result<(
         "serviceaccount/hcomm-operator",
         "serviceaccount/hcomm-agent",
         "service/hcomm-operator-metrics",
+        "secret/hcomm-agent",
     ] {
         assert!(
             objects.lines().any(|l| l == name),
