@@ -29,6 +29,19 @@ pub enum DataType {
 }
 
 impl DataType {
+    /// How many elements of this type `len` bytes hold; an invalid-argument error for `op`
+    /// when `len` is not a whole number of them. Every backend checks buffers this way
+    /// before any traffic.
+    pub fn element_count(self, op: &str, len: usize) -> Result<usize, CommError> {
+        if !len.is_multiple_of(self.size()) {
+            return Err(CommError::invalid(
+                op,
+                format!("{len} bytes is not a whole number of {self} elements"),
+            ));
+        }
+        Ok(len / self.size())
+    }
+
     /// Every data type, for tests and benchmarks.
     pub const ALL: [DataType; 8] = [
         DataType::F32,

@@ -223,13 +223,7 @@ impl HcclCommunicator {
     }
 
     fn elements(op: &str, len: usize, dtype: DataType) -> Result<u64, CommError> {
-        if !len.is_multiple_of(dtype.size()) {
-            return Err(CommError::invalid(
-                op,
-                format!("{len} bytes is not a whole number of {dtype}"),
-            ));
-        }
-        Ok((len / dtype.size()) as u64)
+        Ok(dtype.element_count(op, len)? as u64)
     }
 }
 

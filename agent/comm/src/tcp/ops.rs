@@ -9,16 +9,6 @@ use super::comm::TcpComm;
 use crate::api::{Algorithm, CommError, Communicator, DataType, ReduceOp, VLayout};
 use crate::schedule::select;
 
-fn whole_elements(op: &str, len: usize, dtype: DataType) -> Result<(), CommError> {
-    if !len.is_multiple_of(dtype.size()) {
-        return Err(CommError::invalid(
-            op,
-            format!("{len} bytes is not a whole number of {dtype} elements"),
-        ));
-    }
-    Ok(())
-}
-
 impl TcpComm {
     fn check_rank(&self, op: &str, what: &str, r: usize) -> Result<(), CommError> {
         if r >= self.world {
@@ -43,7 +33,7 @@ impl TcpComm {
         rop: ReduceOp,
         algo: Algorithm,
     ) -> Result<(), CommError> {
-        whole_elements("all_reduce", buf.len(), dtype)?;
+        dtype.element_count("all_reduce", buf.len())?;
         let algo = select::all_reduce(algo, buf.len(), self.world);
         let op = self
             .begin("all_reduce", &[dtype.name(), rop.name(), algo.name()])
@@ -97,7 +87,7 @@ impl TcpComm {
         root: usize,
         algo: Algorithm,
     ) -> Result<(), CommError> {
-        whole_elements("reduce", buf.len(), dtype)?;
+        dtype.element_count("reduce", buf.len())?;
         self.check_rank("reduce", "root", root)?;
         let algo = select::rooted(algo, buf.len(), self.world);
         let op = self
@@ -176,7 +166,7 @@ impl Communicator for TcpComm {
         dtype: DataType,
         rop: ReduceOp,
     ) -> Result<(), CommError> {
-        whole_elements("reduce_scatter", recv.len(), dtype)?;
+        dtype.element_count("reduce_scatter", recv.len())?;
         if send.len() != recv.len() * self.world {
             return Err(CommError::invalid(
                 "reduce_scatter",
