@@ -13,6 +13,11 @@ use crate::local_api::Hub;
 use crate::member::weights::WeightsSyncer;
 use crate::metrics::Metrics;
 
+/// The built-in shared secret. It is public (it is in the source), so it authenticates
+/// nothing: [`AgentConfig::new`] starts from it for in-process use, and the command line
+/// accepts it only with `--insecure-default-secret` (local development and tests).
+pub const INSECURE_DEFAULT_SECRET: &[u8] = b"hcomm-probe";
+
 /// Everything `hcomm-agent run` is told.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -20,6 +25,9 @@ pub struct AgentConfig {
     /// The node's address on the data network, if configured.
     pub data_address: Option<IpAddr>,
     pub management_interface: Option<String>,
+    /// The node's default data-interface choice (HCCL_SOCKET_IFNAME syntax), used when
+    /// neither the group (`spec.comm.socketIfname`) nor the worker's environment sets one.
+    pub socket_ifname: Option<String>,
     pub topology: TopologyLabels,
     pub sources: InventorySources,
     pub socket_path: PathBuf,
@@ -29,7 +37,8 @@ pub struct AgentConfig {
     pub probe_port: u16,
     /// A member's control endpoint listens on `comm_port_base + <its first device id>`.
     pub comm_port_base: u16,
-    /// Shared by all agents (`--probe-secret-file`).
+    /// Shared by all agents (`--probe-secret-file`); authenticates link probes and
+    /// weight-sync connections.
     pub probe_secret: Arc<Vec<u8>>,
     /// Per-group secrets: `<dir>/<namespace>_<group>`; without one the secret is derived
     /// from the group's UID (authenticates against strangers, not against readers of the
@@ -40,11 +49,17 @@ pub struct AgentConfig {
     pub inventory_interval: Duration,
     pub retry_backoff: Duration,
     pub shm_min_bytes: u64,
-    /// The node's weight store (`--weights-dir`): verified sets under `versions/`, the
-    /// worker reads `<dir>/current`.
+    /// The node's weight store (`--weights-dir`): verified sets under `versions/`, a
+    /// group's workers read `<dir>/groups/<namespace>_<group>/current`.
     pub weights_root: PathBuf,
     /// Port of the weights chunk server on every node's data address (`--weights-port`).
     pub weights_port: u16,
+    /// Re-hash every chunk read from disk before serving it (`--weights-verify-on-serve`,
+    /// default true): a chunk corrupted on this disk is withdrawn instead of sent. Joiners
+    /// verify every chunk regardless, so turning it off only trades that early catch (the
+    /// joiners then report `CorruptWeightsChunk` and refetch elsewhere) for the CPU of one
+    /// SHA-256 per served byte, which matters on very fast links.
+    pub weights_verify_on_serve: bool,
     /// Caps the group's connect timeout for verification probes.
     pub verify_timeout_cap: Option<Duration>,
 }
@@ -56,6 +71,7 @@ impl AgentConfig {
             node_name: node.into(),
             data_address: None,
             management_interface: None,
+            socket_ifname: None,
             topology: TopologyLabels::default(),
             sources: InventorySources::default(),
             socket_path: "/run/hcomm/agent.sock".into(),
@@ -63,7 +79,7 @@ impl AgentConfig {
             metrics_addr: "0.0.0.0:9464".parse().expect("valid"),
             probe_port: 29499,
             comm_port_base: 29600,
-            probe_secret: Arc::new(b"hcomm-probe".to_vec()),
+            probe_secret: Arc::new(INSECURE_DEFAULT_SECRET.to_vec()),
             group_secret_dir: None,
             poll_interval: Duration::from_secs(2),
             health_interval: Duration::from_secs(10),
@@ -72,6 +88,7 @@ impl AgentConfig {
             shm_min_bytes: 64 << 20,
             weights_root: "/var/lib/hcomm/weights".into(),
             weights_port: 7512,
+            weights_verify_on_serve: true,
             verify_timeout_cap: None,
         }
     }

@@ -1,5 +1,17 @@
 //! `hcomm-agent`: parse the command line, start logging, run.
-use hcomm_agent::cli::{self, Command};
+use hcomm_agent::cli::{self, Command, WeightsCommand};
+use hcomm_agent::weights::tool;
+
+fn run_weights(w: &WeightsCommand) -> hcomm_agent::weights::Result<String> {
+    match w {
+        WeightsCommand::Manifest {
+            dir,
+            chunk_size,
+            json,
+        } => tool::manifest(dir, *chunk_size, *json),
+        WeightsCommand::Generate { dir, spec } => tool::generate_set(dir, spec),
+    }
+}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -13,6 +25,10 @@ async fn main() -> anyhow::Result<()> {
     match cli::parse(&args)? {
         Command::Help => println!("{}", cli::USAGE),
         Command::Run(cfg) => hcomm_agent::run::run(*cfg).await?,
+        Command::Weights(w) => {
+            let out = tokio::task::spawn_blocking(move || run_weights(&w)).await??;
+            print!("{out}");
+        }
         Command::Diagnose(a) => {
             let (rows, text) = hcomm_agent::diagnose::run(&a).await;
             print!("{text}");

@@ -90,6 +90,12 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
             cfg.weights_root.display()
         ))
     })?;
+    if cfg.probe_secret.as_slice() == crate::config::INSECURE_DEFAULT_SECRET {
+        tracing::warn!(
+            "running with the built-in, public shared secret (--insecure-default-secret): \
+             any host can answer link probes and fetch weights; for development and tests only"
+        );
+    }
     let weights_secret = GroupSecret::new(cfg.probe_secret.as_slice().to_vec());
     let syncer = EngineSyncer::new(store.clone(), cfg.weights_port, weights_secret.clone());
     let ctx = Arc::new(Context::new(cfg, client, Arc::new(syncer)));
@@ -143,7 +149,10 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     let weights_task = tokio::spawn(ChunkServer::serve(
         weights_l,
         store,
-        ServerConfig::new(weights_secret),
+        ServerConfig {
+            verify_on_read: ctx.cfg.weights_verify_on_serve,
+            ..ServerConfig::new(weights_secret)
+        },
         stopped(),
     ));
     let api_l = api_server::bind(&ctx.cfg.socket_path)?;

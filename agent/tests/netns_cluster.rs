@@ -9,143 +9,17 @@
 //! Needs root (namespaces) and the cached control-plane binaries; skips with a message
 //! otherwise.
 
-use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
-use std::process::Stdio;
+mod support;
+
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail};
-use hcomm_e2e::controlplane::{ControlPlane, ControlPlaneOptions};
+use anyhow::Result;
 use hcomm_e2e::hosts::{HostProcess, SimHosts, SimHostsOptions};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
-
-const NS: &str = "default";
-const CONNECT_TIMEOUT_S: u64 = 3;
-
-fn rank_table(entries: &[(String, String, i32)]) -> String {
-    // (server id, host ip, device id) in rank order.
-    let mut servers: Vec<serde_json::Value> = Vec::new();
-    for (rank, (server, ip, dev)) in entries.iter().enumerate() {
-        servers.push(json!({"server_id": server, "host_ip": ip, "device": [
-            {"device_id": dev.to_string(), "device_ip": ip, "rank_id": rank.to_string()}]}));
-    }
-    json!({"version": "1.0", "server_count": servers.len().to_string(), "status": "completed",
-           "server_list": servers})
-    .to_string()
-}
-
-async fn create_group(
-    client: &kube::Client,
-    name: &str,
-    members: &[(String, String, i32)],
-    weights: Option<serde_json::Value>,
-) -> Result<()> {
-    let groups: Api<hcomm_crds::HcommGroup> = Api::namespaced(client.clone(), NS);
-    let g: hcomm_crds::HcommGroup = serde_json::from_value(json!({
-        "apiVersion": "hcomm.io/v1alpha1", "kind": "HcommGroup",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "replicas": members.len(), "devicesPerMember": 1,
-            "comm": {"backend": "tcp", "connectTimeoutSeconds": CONNECT_TIMEOUT_S, "opTimeoutSeconds": 10},
-            "scaling": {"drainTimeoutSeconds": 60},
-            // The CRD's subgroup CEL rule fails on an absent list (reported), so send one.
-            "subgroups": [{"name": "dp", "scope": "Group"}],
-            "weights": weights,
-            "template": {"spec": {"containers": [{"name": "worker", "image": "worker"}]}}
-        }
-    }))?;
-    groups
-        .create(&PostParams::default(), &g)
-        .await
-        .context("create group")?;
-    let cm_name = format!("{name}-rank-table-1");
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
-    let cm: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": cm_name, "namespace": NS},
-        "data": {"rank_table.json": rank_table(members), "epoch": "1"}
-    }))?;
-    cms.create(&PostParams::default(), &cm)
-        .await
-        .context("create rank table")?;
-    groups
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(json!({
-            "status": {"replicas": members.len(), "readyReplicas": 0, "epoch": 1, "rankTable": cm_name}
-        })))
-        .await
-        .context("group status")?;
-    for (i, (node, _, dev)) in members.iter().enumerate() {
-        create_pod(client, name, i, members.len(), node, *dev, 1).await?;
-    }
-    Ok(())
-}
-
-async fn create_pod(
-    client: &kube::Client,
-    name: &str,
-    i: usize,
-    world: usize,
-    node: &str,
-    dev: i32,
-    epoch: u64,
-) -> Result<()> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": format!("{name}-{i}"), "namespace": NS,
-            "labels": {"hcomm.io/group": name, "hcomm.io/member-index": i.to_string(), "hcomm.io/rank": i.to_string()},
-            "annotations": {"hcomm.io/devices": dev.to_string()}},
-        "spec": {"nodeName": node, "readinessGates": [{"conditionType": "hcomm.io/member-ready"}],
-            "containers": [{"name": "worker", "image": "worker", "env": [
-                {"name": "RANK_ID", "value": i.to_string()},
-                {"name": "RANK_SIZE", "value": world.to_string()},
-                {"name": "LOCAL_RANK_SIZE", "value": "1"},
-                {"name": "ASCEND_VISIBLE_DEVICES", "value": dev.to_string()},
-                {"name": "HCOMM_EPOCH", "value": epoch.to_string()}]}]}
-    }))?;
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .context("create pod")?;
-    Ok(())
-}
-
-/// Scales a group to `members` at `epoch`: a new rank table, the group status, and a Pod
-/// for each member from `first_new` on.
-async fn scale_group(
-    client: &kube::Client,
-    name: &str,
-    members: &[(String, String, i32)],
-    epoch: u64,
-    first_new: usize,
-) -> Result<()> {
-    let cm_name = format!("{name}-rank-table-{epoch}");
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
-    let cm: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": cm_name, "namespace": NS},
-        "data": {"rank_table.json": rank_table(members), "epoch": epoch.to_string()}
-    }))?;
-    cms.create(&PostParams::default(), &cm)
-        .await
-        .context("create rank table")?;
-    let groups: Api<hcomm_crds::HcommGroup> = Api::namespaced(client.clone(), NS);
-    groups
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({
-                "status": {"replicas": members.len(), "epoch": epoch, "rankTable": cm_name}
-            })),
-        )
-        .await
-        .context("group status")?;
-    for (i, (node, _, dev)) in members.iter().enumerate().skip(first_new) {
-        create_pod(client, name, i, members.len(), node, *dev, epoch).await?;
-    }
-    Ok(())
-}
+use support::*;
 
 /// A small deterministic weights directory (a few MiB, several chunks).
 fn make_weights(dir: &std::path::Path) -> Result<()> {
@@ -161,114 +35,34 @@ fn make_weights(dir: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-async fn condition(pods: &Api<Pod>, pod: &str, type_: &str) -> Option<(String, String, String)> {
-    let p = pods.get_status(pod).await.ok()?;
-    p.status?
-        .conditions?
-        .into_iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| {
-            (
-                c.status,
-                c.reason.unwrap_or_default(),
-                c.message.unwrap_or_default(),
-            )
-        })
+struct Agents {
+    _procs: Vec<HostProcess>,
+    specs: Vec<AgentSpec>,
 }
 
-async fn wait_condition(
-    pods: &Api<Pod>,
-    pod: &str,
-    type_: &str,
-    status: &str,
-    within: Duration,
-) -> Result<(String, String)> {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some((s, r, m)) = condition(pods, pod, type_).await
-            && s == status
-        {
-            return Ok((r, m));
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "{pod}: {type_} did not become {status} within {within:?} (now {:?})",
-                condition(pods, pod, type_).await
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+impl Agents {
+    fn socket(&self, i: usize) -> &std::path::Path {
+        &self.specs[i].socket
+    }
+
+    /// Each simulated host's weight store (they share one file system).
+    fn weights_dir(&self, i: usize) -> &std::path::Path {
+        &self.specs[i].weights_dir
     }
 }
 
-fn ask(sock: &PathBuf, line: &str) -> Result<serde_json::Value> {
-    let mut s = UnixStream::connect(sock).with_context(|| format!("connect {}", sock.display()))?;
-    s.write_all(format!("{line}\n").as_bytes())?;
-    let mut out = String::new();
-    BufReader::new(s).read_line(&mut out)?;
-    Ok(serde_json::from_str(&out)?)
-}
-
-/// Each simulated host's weight store (they share one file system).
-fn weights_dir(host: usize) -> PathBuf {
-    std::env::temp_dir().join(format!("hcomm-it-weights-{}-{host}", std::process::id()))
-}
-
-struct Agents {
-    _procs: Vec<HostProcess>,
-    sockets: Vec<PathBuf>,
-}
-
-fn start_agents(hosts: &SimHosts, kubeconfig: &std::path::Path) -> Result<Agents> {
+fn start_agents(hosts: &SimHosts, cluster: &Cluster, secret: &std::path::Path) -> Result<Agents> {
     let mut procs = Vec::new();
-    let mut sockets = Vec::new();
+    let mut specs = Vec::new();
     for h in hosts.hosts() {
-        let sock = std::env::temp_dir().join(format!(
-            "hcomm-it-{}-{}.sock",
-            std::process::id(),
-            h.index()
-        ));
-        let weights_dir = weights_dir(h.index());
-        let _ = std::fs::remove_dir_all(&weights_dir);
-        let mut cmd = h.command(env!("CARGO_BIN_EXE_hcomm-agent"));
-        cmd.args([
-            "run",
-            "--weights-dir",
-            &weights_dir.display().to_string(),
-            "--weights-port",
-            "7512",
-            "--node-name",
-            h.name(),
-            "--data-address",
-            &h.data_ip().to_string(),
-            "--management-interface",
-            h.mgmt_interface(),
-            "--cpu-devices",
-            "2",
-            "--socket",
-            &sock.display().to_string(),
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--poll-interval-ms",
-            "300",
-            "--retry-backoff-ms",
-            "500",
-            "--health-interval-secs",
-            "1",
-            "--shm-min-bytes",
-            "1",
-        ])
-        .env("KUBECONFIG", kubeconfig)
-        .env("RUST_LOG", "info,kube_client=warn,hyper=warn")
-        .stdout(Stdio::null());
-        if std::env::var_os("HCOMM_AGENT_TEST_LOGS").is_none() {
-            cmd.stderr(Stdio::null());
-        }
-        procs.push(h.spawn_command(cmd)?);
-        sockets.push(sock);
+        let spec = AgentSpec::new("cluster", h, secret);
+        let _ = std::fs::remove_dir_all(&spec.weights_dir);
+        procs.push(spawn_agent(h, &cluster.agent_kubeconfig, &spec)?);
+        specs.push(spec);
     }
     Ok(Agents {
         _procs: procs,
-        sockets,
+        specs,
     })
 }
 
@@ -295,43 +89,16 @@ fn a_cut_data_link_is_refused_and_members_join_then_drain_after_in_flight_reache
 }
 
 async fn scenario(hosts: &SimHosts) -> Result<()> {
-    let cp = ControlPlane::start(ControlPlaneOptions {
-        bind_address: hosts.mgmt_gateway().into(),
-        controllers: false,
-        ..Default::default()
-    })
-    .await
-    .context("control plane")?;
-    cp.install_crds(&hcomm_crds::all_crds()).await?;
-    let client = cp.client().await?;
-    for h in hosts.hosts() {
-        if cp.has_kwok() {
-            cp.create_fake_node(h.name(), BTreeMap::new()).await?;
-        }
-    }
-    // The agents run with exactly the RBAC the Helm chart grants: installed with the real
-    // helm, and the agents' kubeconfig acts as the chart's agent ServiceAccount. Whatever
-    // the chart forgot to grant fails this scenario.
-    hcomm_e2e::chart::install(&cp, &["agent.mode=cpu"])?;
-    let agent_kubeconfig = hcomm_e2e::chart::kubeconfig_as(&cp, hcomm_e2e::chart::AGENT_USER)?;
-    let agents = start_agents(hosts, &agent_kubeconfig)?;
-    // Each agent publishes its HcommNode once it is up.
-    let nodes: Api<hcomm_crds::HcommNode> = Api::all(client.clone());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    for h in hosts.hosts() {
-        loop {
-            if let Ok(Some(n)) = nodes.get_opt(h.name()).await
-                && n.status.as_ref().and_then(|s| s.data_address.clone())
-                    == Some(h.data_ip().to_string())
-            {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!("HcommNode {} not published with its data address", h.name());
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
+    // The agents run with exactly the RBAC the Helm chart grants (installed with the real
+    // helm; the agents' kubeconfig acts as the chart's agent ServiceAccount) and, like the
+    // chart's, with a real shared-secret file: whatever the chart forgot fails this scenario.
+    let cluster = Cluster::start(hosts).await?;
+    let client = cluster.client.clone();
+    let secret = temp_path("cluster-secret");
+    write_secret(&secret)?;
+    let agents = start_agents(hosts, &cluster, &secret)?;
+    let all: Vec<_> = hosts.hosts().iter().collect();
+    cluster.wait_nodes(&all, Duration::from_secs(60)).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
 
     // 1. host-2's data link is cut: its member is refused, naming the NIC and the peers.
@@ -410,14 +177,14 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
         )
         .await?;
     }
-    let a = ask(&agents.sockets[1], r#"{"op":"assignment","pod":"gok-1"}"#)?;
+    let a = ask(agents.socket(1), r#"{"op":"assignment","pod":"gok-1"}"#)?;
     assert_eq!(a["assignment"]["rank"], 1, "{a}");
     assert_eq!(a["assignment"]["interface"], "data0", "{a}");
 
     // 3. Drain waits for the worker's in-flight requests.
     assert_eq!(
         ask(
-            &agents.sockets[1],
+            agents.socket(1),
             r#"{"op":"report_inflight","pod":"gok-1","n":2}"#
         )?["ok"],
         true
@@ -449,7 +216,7 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
     );
     assert_eq!(
         ask(
-            &agents.sockets[1],
+            agents.socket(1),
             r#"{"op":"report_inflight","pod":"gok-1","n":0}"#
         )?["ok"],
         true
@@ -514,8 +281,9 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
             && message.contains(&format!("{}:7512", h[0].data_ip())),
         "{reason}: {message}"
     );
-    let current = weights_dir(1).join("current");
-    let a = ask(&agents.sockets[1], r#"{"op":"assignment","pod":"gw-1"}"#)?;
+    // The member reads its group's own link; versions are shared under versions/<hex>.
+    let current = agents.weights_dir(1).join("groups/default_gw/current");
+    let a = ask(agents.socket(1), r#"{"op":"assignment","pod":"gw-1"}"#)?;
     assert_eq!(
         a["assignment"]["weights_path"],
         current.display().to_string(),
@@ -543,7 +311,13 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
     .await?;
     assert_eq!(reason, "DigestMismatch", "{message}");
     assert!(message.contains(&digest.to_string()), "{message}");
-    assert!(!weights_dir(2).join("current").exists());
+    assert!(
+        !agents
+            .weights_dir(2)
+            .join("groups/default_gbad/current")
+            .exists()
+    );
+    assert!(!agents.weights_dir(2).join("current").exists());
     let _ = std::fs::remove_dir_all(&src);
 
     // 5. `diagnose` on host-0 finds the injected faults: socketIfname pointing at the
@@ -572,6 +346,8 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
             "1500",
             "--log-path",
             "/nonexistent",
+            "--probe-secret-file",
+            &secret.display().to_string(),
         ])
         .env_remove("HCCL_SOCKET_IFNAME")
         .output()?;
@@ -601,14 +377,13 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
         "{text}"
     );
     hosts.restore_data(1)?;
-    let sockets = agents.sockets.clone();
+    let specs = agents.specs.clone();
     drop(agents);
-    for s in sockets {
-        let _ = std::fs::remove_file(s); // killed agents cannot remove their own
+    for s in specs {
+        let _ = std::fs::remove_file(&s.socket); // killed agents cannot remove their own
+        let _ = std::fs::remove_dir_all(&s.weights_dir);
     }
-    for i in 0..hosts.hosts().len() {
-        let _ = std::fs::remove_dir_all(weights_dir(i));
-    }
-    drop(cp);
+    let _ = std::fs::remove_file(&secret);
+    drop(cluster);
     Ok(())
 }

@@ -51,6 +51,10 @@ pub const CONDITION_PROGRESSING: &str = "Progressing";
 /// Group condition: something needs attention (a member failed, a drain timed out, a
 /// link is degraded).
 pub const CONDITION_DEGRADED: &str = "Degraded";
+/// Group condition: every link between the nodes of the group's members answered its
+/// agents' latest probe in time. The operator derives it from `HcommNode.status.linkTests`;
+/// `Unknown` when a link has no recent probe result (a stale result proves nothing).
+pub const CONDITION_LINKS_HEALTHY: &str = "LinksHealthy";
 
 /// Reasons used on group conditions and Events.
 pub mod reasons {
@@ -72,8 +76,17 @@ pub mod reasons {
     pub const DRAIN_TIMED_OUT: &str = "DrainTimedOut";
     /// A member finished draining.
     pub const DRAINED: &str = "Drained";
-    /// The health probe found a slow or dead link.
+    /// The health probe found a slow or dead link (agent Events); on the group, a link
+    /// that answers but slower than the operator's threshold.
     pub const LINK_DEGRADED: &str = "LinkDegraded";
+    /// A link between two member nodes did not answer its latest recent probe.
+    pub const LINK_DOWN: &str = "LinkDown";
+    /// Every link between member nodes answered its latest probe in time.
+    pub const ALL_LINKS_UP: &str = "AllLinksUp";
+    /// A link between member nodes has no probe result recent enough to judge it.
+    pub const NO_RECENT_PROBE: &str = "NoRecentProbe";
+    /// The links that were down or slow answer in time again (Event).
+    pub const LINKS_RECOVERED: &str = "LinksRecovered";
     /// Nothing is wrong.
     pub const HEALTHY: &str = "Healthy";
 }

@@ -8,3 +8,4 @@ pub mod chart;
 pub mod controlplane;
 pub mod hosts;
 pub mod promtool;
+pub mod testbed;

@@ -67,9 +67,14 @@ fn stdout_of(cp: &ControlPlane, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8(out.stdout)?)
 }
 
-/// The decode example as JSON, renamed, with `mutate` applied.
+/// The decode example's HcommGroup (its first document; a Service follows) as JSON,
+/// renamed, with `mutate` applied.
 fn manifest(name: &str, mutate: impl FnOnce(&mut Value)) -> Result<String> {
-    let mut value: Value = serde_yaml::from_str(EXAMPLE)?;
+    use serde::Deserialize as _;
+    let first = serde_yaml::Deserializer::from_str(EXAMPLE)
+        .next()
+        .context("the example has no document")?;
+    let mut value = Value::deserialize(first)?;
     value["metadata"]["name"] = json!(name);
     mutate(&mut value);
     Ok(serde_json::to_string(&value)?)

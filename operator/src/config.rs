@@ -4,12 +4,18 @@
 //! `HCOMM_NAMESPACE` (default: all namespaces), `--lease-namespace` / `HCOMM_LEASE_NAMESPACE`
 //! (default `POD_NAMESPACE`, else `default`), `--lease-name` / `HCOMM_LEASE_NAME` (default
 //! `hcomm-operator`), `--identity` / `HCOMM_IDENTITY` (default `POD_NAME`, else
-//! `HOSTNAME`, else `hcomm-operator-<pid>`). The API server comes from `KUBECONFIG` or the
-//! in-cluster service account, as `kube::Config::infer` finds it.
+//! `HOSTNAME`, else `hcomm-operator-<pid>`), `--link-stale-seconds` /
+//! `HCOMM_LINK_STALE_SECONDS` (default 180: older link tests count as unknown),
+//! `--link-slow-millis` / `HCOMM_LINK_SLOW_MILLIS` (default 20: slower probes degrade the
+//! link). The API server comes from `KUBECONFIG` or the in-cluster service account, as
+//! `kube::Config::infer` finds it.
 
 use std::net::SocketAddr;
 
+use k8s_openapi::jiff::SignedDuration;
+
 use crate::error::{Error, Result};
+use crate::links::LinkPolicy;
 
 /// Operator settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,10 +30,13 @@ pub struct Config {
     pub lease_name: String,
     /// This replica's identity in the Lease.
     pub identity: String,
+    /// How link tests are judged for the `LinksHealthy` condition.
+    pub links: LinkPolicy,
 }
 
 const USAGE: &str = "usage: hcomm-operator [--metrics-addr ADDR] [--namespace NS] \
-[--lease-namespace NS] [--lease-name NAME] [--identity ID]";
+[--lease-namespace NS] [--lease-name NAME] [--identity ID] [--link-stale-seconds S] \
+[--link-slow-millis MS]";
 
 impl Config {
     /// Parses `args` (without the program name); `env` looks up environment variables.
@@ -73,6 +82,8 @@ impl Config {
                 "lease-namespace",
                 "lease-name",
                 "identity",
+                "link-stale-seconds",
+                "link-slow-millis",
             ]
             .contains(&key.as_str())
             {
@@ -83,7 +94,29 @@ impl Config {
         let metrics_addr = metrics
             .parse()
             .map_err(|e| Error::Config(format!("--metrics-addr {metrics:?}: {e}")))?;
+        let positive = |flag: &str, var: &str, default: i64| -> Result<i64> {
+            match get(flag, var) {
+                None => Ok(default),
+                Some(v) => v.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    Error::Config(format!("--{flag} {v:?}: expected a positive integer"))
+                }),
+            }
+        };
+        let defaults = LinkPolicy::default();
+        let links = LinkPolicy {
+            stale_after: SignedDuration::from_secs(positive(
+                "link-stale-seconds",
+                "HCOMM_LINK_STALE_SECONDS",
+                defaults.stale_after.as_secs(),
+            )?),
+            slow_after: SignedDuration::from_millis(positive(
+                "link-slow-millis",
+                "HCOMM_LINK_SLOW_MILLIS",
+                defaults.slow_after.as_millis() as i64,
+            )?),
+        };
         Ok(Self {
+            links,
             metrics_addr,
             namespace: get("namespace", "HCOMM_NAMESPACE"),
             lease_namespace: get("lease-namespace", "HCOMM_LEASE_NAMESPACE")
@@ -126,6 +159,18 @@ mod tests {
         assert_eq!(config.namespace.as_deref(), Some("ns"));
         assert_eq!(config.lease_name, "from-env");
         assert_eq!(config.lease_namespace, "default");
+    }
+
+    #[test]
+    fn link_thresholds_come_from_flags_or_environment_and_must_be_positive() {
+        let env = |k: &str| (k == "HCOMM_LINK_SLOW_MILLIS").then(|| "5".to_owned());
+        let config = Config::parse(args(&["--link-stale-seconds=60"]), env).unwrap();
+        assert_eq!(config.links.stale_after, SignedDuration::from_secs(60));
+        assert_eq!(config.links.slow_after, SignedDuration::from_millis(5));
+        let defaults = Config::parse(args(&[]), |_| None).unwrap();
+        assert_eq!(defaults.links, LinkPolicy::default());
+        assert!(Config::parse(args(&["--link-slow-millis", "0"]), |_| None).is_err());
+        assert!(Config::parse(args(&["--link-stale-seconds", "x"]), |_| None).is_err());
     }
 
     #[test]

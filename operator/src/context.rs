@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use kube::runtime::events::{Recorder, Reporter};
 
+use crate::links::LinkPolicy;
 use crate::metrics::Metrics;
 
 /// Shared by every reconcile.
@@ -18,10 +19,18 @@ pub struct Context {
     pub recorder: Recorder,
     /// Only this namespace is watched (and its member Pods counted), when set.
     pub namespace: Option<String>,
+    /// When a link test is too old to count, and when a link is slow.
+    pub links: LinkPolicy,
+    /// Held from reading the cluster to creating joiner Pods. Placement counts the devices
+    /// every group's Pods hold, so two groups reconciled at once could otherwise both
+    /// give a new member the same free device; with it, the second reads the first's
+    /// Pods (lists are served from etcd, not a cache).
+    pub placement: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Context {
-    /// A context for `client`, reporting Events as `hcomm-operator` from `identity`.
+    /// A context for `client`, reporting Events as `hcomm-operator` from `identity`, with
+    /// the default [`LinkPolicy`] (set `links` to change it).
     pub fn new(
         client: kube::Client,
         metrics: Arc<Metrics>,
@@ -37,6 +46,8 @@ impl Context {
             client,
             metrics,
             namespace,
+            links: LinkPolicy::default(),
+            placement: std::sync::Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 }

@@ -2,12 +2,13 @@
 //! `HcommGroup`. Reasons are fixed CamelCase words people can search for: `MemberCreated`,
 //! `DrainRequested`, `MemberDeleted`, `Member<Phase>` on every phase change,
 //! `VerificationFailed`, `DrainTimedOut`, `InsufficientCapacity`, `InvalidSpec`,
-//! `EpochChanged`.
+//! `EpochChanged`, and for link health (the `LinksHealthy` condition) Warning `LinkDown` /
+//! `LinkDegraded` when it turns False and Normal `LinksRecovered` when it turns True again.
 
 use std::collections::BTreeMap;
 
 use hcomm_crds::conditions::find_condition;
-use hcomm_crds::contract::{CONDITION_DEGRADED, reasons};
+use hcomm_crds::contract::{CONDITION_DEGRADED, CONDITION_LINKS_HEALTHY, reasons};
 use hcomm_crds::{HcommGroup, HcommGroupStatus, MemberPhase};
 use kube::Resource;
 use kube::runtime::events::{Event, EventType};
@@ -98,6 +99,7 @@ pub fn for_round(
             notes.push(note(warning, &format!("Member{}", member.phase), message));
         }
     }
+    notes.extend(links(before, after));
     let was = find_condition(&before.conditions, CONDITION_DEGRADED);
     if let Some(now) = find_condition(&after.conditions, CONDITION_DEGRADED)
         && now.status == "True"
@@ -105,10 +107,34 @@ pub fn for_round(
             w.status != "True" || w.reason != now.reason || w.message != now.message
         }))
         && now.reason != reasons::HEALTHY
+        // The `LinksHealthy` flip already said it, with times and latencies.
+        && !notes.iter().any(|n| n.warning && n.reason == now.reason)
     {
         notes.push(note(true, &now.reason, now.message.clone()));
     }
     notes
+}
+
+/// The link-health Event of a round: on a flip of `LinksHealthy` to False (or from one
+/// False reason to the other) a Warning with its reason, on a flip from False to True a
+/// Normal `LinksRecovered`. Only flips: the message carries probe times, so it changes on
+/// every probe and would otherwise repeat the Event. A new dead link while others are
+/// already down is reported through `Degraded`, whose message lists the links without times.
+fn links(before: &HcommGroupStatus, after: &HcommGroupStatus) -> Option<Note> {
+    let was = find_condition(&before.conditions, CONDITION_LINKS_HEALTHY);
+    let now = find_condition(&after.conditions, CONDITION_LINKS_HEALTHY)?;
+    let was_false = was.filter(|w| w.status == "False");
+    match now.status.as_str() {
+        "False" if was_false.is_none_or(|w| w.reason != now.reason) => {
+            Some(note(true, &now.reason, now.message.clone()))
+        }
+        "True" if was_false.is_some() => Some(note(
+            false,
+            reasons::LINKS_RECOVERED,
+            format!("links answer again: {}", now.message),
+        )),
+        _ => None,
+    }
 }
 
 /// Publishes `notes` on `group`; failures are logged, never fatal.
@@ -151,6 +177,80 @@ mod tests {
             weights_version: None,
             message: Some("verified is False (NicUnreachable)".into()),
         }
+    }
+
+    fn with_links(status: &str, reason: &str, message: &str) -> HcommGroupStatus {
+        let mut s = HcommGroupStatus::default();
+        hcomm_crds::conditions::set_condition(
+            &mut s.conditions,
+            CONDITION_LINKS_HEALTHY,
+            match status {
+                "True" => hcomm_crds::conditions::ConditionStatus::True,
+                "False" => hcomm_crds::conditions::ConditionStatus::False,
+                _ => hcomm_crds::conditions::ConditionStatus::Unknown,
+            },
+            reason,
+            message,
+            Some(1),
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+        );
+        s
+    }
+
+    #[test]
+    fn link_events_only_on_flips() {
+        let up = with_links("True", "AllLinksUp", "all 2 link(s) answered");
+        let down = with_links(
+            "False",
+            "LinkDown",
+            "1 of 2 link(s) down: n1 → n2 (10.0.0.2) at t1",
+        );
+        let down_later = with_links(
+            "False",
+            "LinkDown",
+            "1 of 2 link(s) down: n1 → n2 (10.0.0.2) at t2",
+        );
+        let unknown = with_links("Unknown", "NoRecentProbe", "n1 → n2 never probed");
+        let o = Outcome::default();
+
+        let notes = for_round(&up, &down, &o);
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].warning && notes[0].reason == "LinkDown");
+        assert!(notes[0].message.contains("n1 → n2 (10.0.0.2)"));
+        assert!(for_round(&down, &down_later, &o).is_empty());
+        let notes = for_round(&down_later, &up, &o);
+        assert_eq!(notes.len(), 1);
+        assert!(!notes[0].warning && notes[0].reason == "LinksRecovered");
+        // From "not yet probed" to healthy nothing recovered.
+        assert!(for_round(&unknown, &up, &o).is_empty());
+        assert_eq!(for_round(&unknown, &down, &o).len(), 1);
+    }
+
+    #[test]
+    fn a_link_down_on_degraded_is_not_repeated_beside_the_links_event() {
+        let up = with_links("True", "AllLinksUp", "ok");
+        let mut down = with_links("False", "LinkDown", "down: n1 → n2 (10.0.0.2) at t1");
+        hcomm_crds::conditions::set_condition(
+            &mut down.conditions,
+            CONDITION_DEGRADED,
+            hcomm_crds::conditions::ConditionStatus::True,
+            "LinkDown",
+            "link(s) down: n1 → n2 (10.0.0.2)",
+            Some(1),
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+        );
+        let notes = for_round(&up, &down, &Outcome::default());
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        // A further dead link while LinksHealthy stays False shows through Degraded.
+        let mut more = down.clone();
+        more.conditions[1].message = "link(s) down: n1 → n2 (10.0.0.2); n2 → n1 (10.0.0.1)".into();
+        let notes = for_round(&down, &more, &Outcome::default());
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].message.contains("n2 → n1"));
     }
 
     #[test]

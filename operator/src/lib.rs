@@ -5,7 +5,8 @@
 //! every member Pod's devices, the `HcommNode` inventories and the recorded rank table;
 //! [`planner`] (pure) decides joiners, drains, deletions, ranks and the epoch; [`apply`]
 //! writes Pods ([`pod_builder`]), drain requests and the rank table ([`rank_table`]);
-//! [`status`] reports members, topology and conditions; [`events`] publishes what changed.
+//! [`status`] reports members, topology and conditions (link health judged by [`links`]
+//! from the agents' `HcommNode` link tests); [`events`] publishes what changed.
 //! [`leader`] makes sure only one replica acts; [`metrics`] serves Prometheus metrics.
 
 pub mod apply;
@@ -14,6 +15,7 @@ pub mod context;
 pub mod error;
 pub mod events;
 pub mod leader;
+pub mod links;
 pub mod metrics;
 pub mod observe;
 pub mod phase;
@@ -87,12 +89,9 @@ async fn lead(
 ) -> Result<()> {
     elector.acquire().await;
     metrics.leader.set(1);
-    let ctx = Arc::new(Context::new(
-        client,
-        metrics,
-        config.namespace.clone(),
-        &config.identity,
-    ));
+    let mut ctx = Context::new(client, metrics, config.namespace.clone(), &config.identity);
+    ctx.links = config.links;
+    let ctx = Arc::new(ctx);
     tokio::select! {
         () = controller(ctx) => Ok(()),
         lost = elector.keep() => Err(lost),
@@ -100,7 +99,9 @@ async fn lead(
 }
 
 /// The `HcommGroup` controller: groups, their Pods, and every `HcommNode` change (new
-/// capacity) trigger reconciles. Runs until its future is dropped (shutdown or lost
+/// capacity, or a new link test: any group may be waiting for capacity, so every group is
+/// looked at) trigger reconciles; a reconcile also requeues itself for the moment its
+/// newest link results turn stale. Runs until its future is dropped (shutdown or lost
 /// leadership); reconciles are idempotent, so stopping mid-way is safe.
 pub async fn controller(ctx: Arc<Context>) {
     let client = ctx.client.clone();

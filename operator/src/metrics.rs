@@ -17,6 +17,8 @@ use tokio::net::TcpListener;
 
 use hcomm_crds::MemberPhase;
 
+use crate::links::LinkCounts;
+
 /// Every metric the operator exports.
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -33,7 +35,12 @@ pub struct Metrics {
     pub scale_to_ready: Histogram,
     /// 1 while this replica holds the leader Lease.
     pub leader: IntGauge,
+    /// Directed links between a group's member nodes, by state.
+    pub links: IntGaugeVec,
 }
+
+/// The `state` label values of [`Metrics::links`].
+const LINK_STATES: [&str; 4] = ["up", "degraded", "down", "unknown"];
 
 const PHASES: [MemberPhase; 8] = [
     MemberPhase::Pending,
@@ -86,6 +93,15 @@ impl Metrics {
         .expect("valid");
         let leader =
             IntGauge::new("leader", "1 while this replica holds the leader Lease.").expect("valid");
+        let links = IntGaugeVec::new(
+            Opts::new(
+                "group_links",
+                "Directed links between the nodes of a group's members, by the state of their \
+                 latest probe (up, degraded: slow, down, unknown: no recent probe).",
+            ),
+            &["namespace", "group", "state"],
+        )
+        .expect("valid");
         for collector in [
             Box::new(reconciles.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(errors.clone()),
@@ -93,6 +109,7 @@ impl Metrics {
             Box::new(members.clone()),
             Box::new(scale_to_ready.clone()),
             Box::new(leader.clone()),
+            Box::new(links.clone()),
         ] {
             registry.register(collector).expect("unique metric");
         }
@@ -104,6 +121,18 @@ impl Metrics {
             members,
             scale_to_ready,
             leader,
+            links,
+        }
+    }
+
+    /// Sets the link gauges of one group (every state, zeros included, so an alert on
+    /// `state="down"` sees the recovery).
+    pub fn set_links(&self, namespace: &str, group: &str, counts: LinkCounts) {
+        let values = [counts.up, counts.degraded, counts.down, counts.unknown];
+        for (state, value) in LINK_STATES.into_iter().zip(values) {
+            self.links
+                .with_label_values(&[namespace, group, state])
+                .set(value);
         }
     }
 
@@ -125,6 +154,9 @@ impl Metrics {
             let _ = self
                 .members
                 .remove_label_values(&[namespace, group, phase.as_str()]);
+        }
+        for state in LINK_STATES {
+            let _ = self.links.remove_label_values(&[namespace, group, state]);
         }
     }
 
@@ -176,7 +208,24 @@ mod tests {
         metrics.reconciles.inc();
         metrics.errors.with_label_values(&["Conflict"]).inc();
         metrics.set_members("ns", "g", &[MemberPhase::Ready, MemberPhase::Ready]);
+        metrics.set_links(
+            "ns",
+            "g",
+            LinkCounts {
+                up: 1,
+                down: 1,
+                ..LinkCounts::default()
+            },
+        );
         let text = metrics.render();
+        assert!(
+            text.contains(
+                "hcomm_operator_group_links{group=\"g\",namespace=\"ns\",state=\"down\"} 1"
+            )
+        );
+        assert!(text.contains(
+            "hcomm_operator_group_links{group=\"g\",namespace=\"ns\",state=\"unknown\"} 0"
+        ));
         assert!(text.contains("hcomm_operator_reconciles_total 1"));
         assert!(text.contains("hcomm_operator_reconcile_errors_total{category=\"Conflict\"} 1"));
         assert!(

@@ -1,11 +1,12 @@
 //! Fetch (the first step of the pipeline): read what the cluster holds about a group —
 //! its member Pods, the devices every member Pod holds, the `HcommNode` inventories and the
-//! recorded rank table — and turn it into planner inputs. The conversions are pure.
+//! recorded rank table — and turn it into planner inputs (and, for the `LinksHealthy`
+//! condition, the link tests every node's agent published). The conversions are pure.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use hcomm_crds::contract::{ANNOTATION_DEVICES, LABEL_GROUP};
-use hcomm_crds::{DeviceHealth, HcommGroup, HcommNode};
+use hcomm_crds::{DeviceHealth, HcommGroup, HcommNode, LinkTestResult};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
@@ -29,6 +30,8 @@ pub struct Observed {
     pub used_devices: BTreeMap<String, BTreeSet<i32>>,
     /// Node inventories.
     pub nodes: Vec<NodeInventory>,
+    /// The latest link test per peer each node's agent published, by node name.
+    pub link_tests: BTreeMap<String, Vec<LinkTestResult>>,
     /// The recorded epoch and member set.
     pub recorded: Recorded,
     /// The rank-table ConfigMap, if any.
@@ -78,6 +81,7 @@ pub async fn fetch(ctx: &Context, group: &HcommGroup) -> Result<Observed> {
         members,
         used_devices: used_devices(&every.items),
         nodes: nodes.items.iter().map(inventory).collect(),
+        link_tests: link_tests(&nodes.items),
         recorded: recorded(config_map.as_ref(), group),
         config_map,
     })
@@ -125,6 +129,17 @@ pub fn inventory(node: &HcommNode) -> NodeInventory {
             })
             .collect(),
     }
+}
+
+/// The link tests of every node, by node name (nodes without results are left out).
+pub fn link_tests(nodes: &[HcommNode]) -> BTreeMap<String, Vec<LinkTestResult>> {
+    nodes
+        .iter()
+        .filter_map(|node| {
+            let tests = node.status.as_ref()?.link_tests.clone();
+            (!tests.is_empty()).then(|| (node.spec.node_name.clone(), tests))
+        })
+        .collect()
 }
 
 /// The recorded epoch and set: the rank-table ConfigMap, else the group status.

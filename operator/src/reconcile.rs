@@ -15,6 +15,7 @@ use tracing::{Instrument, info, info_span, warn};
 use crate::apply::{self, Outcome};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::links::{self, LinkReport};
 use crate::observe::{self, Observed};
 use crate::planner::{self, Desired, Plan, PlanInput};
 use crate::{events, status};
@@ -57,6 +58,7 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
     if !deleting && !group.finalizers().iter().any(|f| f == FINALIZER) {
         add_finalizer(ctx, group).await?;
     }
+    let placement = ctx.placement.lock().await;
     let observed = observe::fetch(ctx, group).await?;
     let now = Timestamp::now();
     let invalid = validate(group).err();
@@ -64,12 +66,15 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
     let plan = planner::plan(&input);
     tracing::Span::current().record("epoch", plan.epoch);
     let outcome = apply::apply(ctx, group, &observed, &plan).await?;
+    drop(placement);
+    let links = link_report(&observed, &outcome, ctx.links, now);
     update_status(
         ctx,
         group,
         &observed,
         &plan,
         &outcome,
+        &links,
         invalid.as_deref(),
         now,
     )
@@ -87,7 +92,25 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
     if invalid.is_some() {
         return Ok(Action::await_change());
     }
-    Ok(next_action(&plan, &outcome))
+    Ok(next_action(&plan, &outcome, &links))
+}
+
+/// The links between the nodes of the members that move traffic, after this round's
+/// deletions (a deleted member's links no longer matter).
+pub fn link_report(
+    observed: &Observed,
+    outcome: &Outcome,
+    policy: links::LinkPolicy,
+    now: Timestamp,
+) -> LinkReport {
+    let nodes = observed
+        .members
+        .iter()
+        .filter(|m| links::carries_traffic(m.phase))
+        .filter(|m| !outcome.deleted.iter().any(|r| r.name == m.name))
+        .filter_map(|m| m.node.clone())
+        .collect();
+    links::assess(&nodes, &observed.nodes, &observed.link_tests, policy, now)
 }
 
 /// Checks what the schema cannot: subgroup sizes.
@@ -139,12 +162,14 @@ pub fn plan_input(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn update_status(
     ctx: &Context,
     group: &HcommGroup,
     observed: &Observed,
     plan: &Plan,
     outcome: &Outcome,
+    links: &LinkReport,
     invalid: Option<&str>,
     now: Timestamp,
 ) -> Result<()> {
@@ -155,6 +180,7 @@ async fn update_status(
         outcome,
         nodes: &observed.nodes,
         invalid,
+        links,
         now,
     });
     let previous = group.status.clone().unwrap_or_default();
@@ -162,6 +188,8 @@ async fn update_status(
     let phases: Vec<_> = next.members.iter().map(|m| m.phase).collect();
     ctx.metrics
         .set_members(&namespace, &group.name_any(), &phases);
+    ctx.metrics
+        .set_links(&namespace, &group.name_any(), links.counts());
     for member in &observed.members {
         let was_ready = previous
             .members
@@ -184,7 +212,7 @@ async fn update_status(
     Ok(())
 }
 
-fn next_action(plan: &Plan, outcome: &Outcome) -> Action {
+fn next_action(plan: &Plan, outcome: &Outcome, links: &LinkReport) -> Action {
     let busy = !outcome.created.is_empty() || !outcome.deleted.is_empty() || !plan.drain.is_empty();
     let mut after = if busy {
         Duration::from_secs(30)
@@ -194,7 +222,12 @@ fn next_action(plan: &Plan, outcome: &Outcome) -> Action {
     if plan.unplaced > 0 {
         after = after.min(Duration::from_secs(10));
     }
-    if let Some(deadline) = plan.recheck_after {
+    // A drain deadline, or the moment the freshest link results turn stale (an agent that
+    // stops publishing changes nothing in the cluster, so no watch event would wake us).
+    for deadline in [plan.recheck_after, links.recheck_after]
+        .into_iter()
+        .flatten()
+    {
         let deadline =
             Duration::try_from(deadline).unwrap_or_default() + Duration::from_millis(200);
         after = after.min(deadline);

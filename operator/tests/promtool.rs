@@ -1,6 +1,7 @@
 //! The operator's `/metrics` exposition passes Prometheus' own `promtool check metrics`.
 
 use hcomm_crds::MemberPhase;
+use hcomm_operator::links::LinkCounts;
 use hcomm_operator::metrics::Metrics;
 
 #[test]
@@ -16,6 +17,15 @@ fn the_operator_metrics_pass_promtool() {
         "default",
         "decode",
         &[MemberPhase::Ready, MemberPhase::Syncing],
+    );
+    metrics.set_links(
+        "default",
+        "decode",
+        LinkCounts {
+            up: 1,
+            down: 1,
+            ..LinkCounts::default()
+        },
     );
     let text = metrics.render();
     assert!(text.contains("hcomm_operator_"), "{text}");

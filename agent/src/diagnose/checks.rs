@@ -1,6 +1,6 @@
 //! The checklist (pure): each check maps [`Facts`] to a [`Finding`] row of the table.
 
-use super::facts::Facts;
+use super::facts::{ClusterRead, Facts};
 use crate::nic::verify::device_failure;
 use crate::nic::{IfnameMatcher, NicRule, select_data_nic};
 
@@ -367,6 +367,78 @@ pub fn new_member(f: &Facts) -> Finding {
     }
 }
 
+/// The member Pod's hcomm conditions as the API server has them: which lifecycle step
+/// failed (with the agent's reason and message) or has not happened yet.
+pub fn member_conditions(f: &Facts) -> Finding {
+    const CHECKED: &str = "hcomm.io/verified, weights-synced, joined, member-ready";
+    let cause = "verification, weight sync or join failed; member not let in yet";
+    let row = finding(
+        "member-conditions",
+        NEW,
+        cause,
+        format!("{CHECKED} on the member Pod (API server)"),
+    );
+    let m = match &f.cluster {
+        ClusterRead::NotAsked => return row.with(Outcome::Skip, "no member given (--pod)"),
+        ClusterRead::Unreachable(why) => {
+            return row.with(
+                Outcome::Warn,
+                format!("API server unreachable, cluster state not checked: {why}"),
+            );
+        }
+        ClusterRead::Read(m) => m,
+    };
+    let Some(pod) = &m.pod else {
+        return row.with(
+            Outcome::Skip,
+            "no member Pod given (--pod); group read only",
+        );
+    };
+    if !m.pod_found {
+        return row.with(Outcome::Fail, format!("Pod {pod} not found"));
+    }
+    let row = finding(
+        "member-conditions",
+        NEW,
+        cause,
+        format!("{CHECKED} on {pod}"),
+    );
+    let failed: Vec<String> = m
+        .conditions
+        .iter()
+        .filter(|c| c.status == "False")
+        .map(|c| {
+            let mut text = format!("{}=False", c.type_);
+            if !c.reason.is_empty() {
+                text.push_str(&format!(" ({})", c.reason));
+            }
+            if !c.message.is_empty() {
+                text.push_str(&format!(": {}", c.message));
+            }
+            text
+        })
+        .collect();
+    let unset: Vec<&str> = super::cluster::MEMBER_CONDITIONS
+        .iter()
+        .copied()
+        .filter(|t| {
+            !m.conditions
+                .iter()
+                .any(|c| c.type_ == *t && c.status != "Unknown")
+        })
+        .collect();
+    if !failed.is_empty() {
+        return row.with(Outcome::Fail, failed.join("; "));
+    }
+    if !unset.is_empty() {
+        return row.with(
+            Outcome::Warn,
+            format!("not yet set by the agent: {}", unset.join(", ")),
+        );
+    }
+    row.with(Outcome::Pass, "verified, weights synced, joined, ready")
+}
+
 /// Keywords in the logs.
 pub fn logs(f: &Facts) -> Finding {
     let row = finding(
@@ -402,6 +474,7 @@ pub fn run_all(f: &Facts) -> Vec<Finding> {
         throughput(f),
         churn(f),
         new_member(f),
+        member_conditions(f),
         logs(f),
     ]
 }
@@ -457,6 +530,12 @@ mod tests {
             open_fds: Some(40),
             fd_limit: Some(1024),
             process_numa: vec![0],
+            cluster: member(&[
+                (hcomm_crds::contract::POD_VERIFIED, "True", "Verified"),
+                (hcomm_crds::contract::POD_WEIGHTS_SYNCED, "True", "Synced"),
+                (hcomm_crds::contract::POD_JOINED, "True", "Joined"),
+                (hcomm_crds::contract::POD_MEMBER_READY, "True", "Serving"),
+            ]),
             ..Default::default()
         }
     }
@@ -574,6 +653,73 @@ mod tests {
             "{}",
             r.detail
         );
+    }
+
+    fn member(conditions: &[(&str, &str, &str)]) -> ClusterRead {
+        use crate::diagnose::facts::{MemberConditions, PodCondition};
+        ClusterRead::Read(MemberConditions {
+            pod: Some("ai/decode-1-e2".into()),
+            pod_found: true,
+            conditions: conditions
+                .iter()
+                .map(|(t, s, r)| PodCondition {
+                    type_: (*t).into(),
+                    status: (*s).into(),
+                    reason: (*r).into(),
+                    message: if *s == "False" {
+                        "rank 0 198.18.0.10:30000 refused".into()
+                    } else {
+                        String::new()
+                    },
+                })
+                .collect(),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn member_conditions_name_the_failed_step_or_the_missing_ones() {
+        use hcomm_crds::contract::{
+            POD_JOINED, POD_MEMBER_READY, POD_VERIFIED, POD_WEIGHTS_SYNCED,
+        };
+        let mut f = healthy();
+        f.cluster = ClusterRead::NotAsked;
+        assert_eq!(member_conditions(&f).outcome, Outcome::Skip);
+
+        f.cluster = member(&[
+            (POD_VERIFIED, "True", "Verified"),
+            (POD_WEIGHTS_SYNCED, "True", "Synced"),
+            (POD_JOINED, "True", "Joined"),
+            (POD_MEMBER_READY, "True", "Serving"),
+        ]);
+        let r = member_conditions(&f);
+        assert_eq!(r.outcome, Outcome::Pass, "{}", r.detail);
+        assert!(r.checked.ends_with("on ai/decode-1-e2"), "{}", r.checked);
+
+        f.cluster = member(&[
+            (POD_VERIFIED, "True", "Verified"),
+            (POD_WEIGHTS_SYNCED, "True", "Synced"),
+            (POD_JOINED, "False", "JoinFailed"),
+        ]);
+        let r = member_conditions(&f);
+        assert_eq!(r.outcome, Outcome::Fail);
+        assert_eq!(
+            r.detail,
+            "hcomm.io/joined=False (JoinFailed): rank 0 198.18.0.10:30000 refused"
+        );
+
+        f.cluster = member(&[(POD_VERIFIED, "True", "Verified")]);
+        let r = member_conditions(&f);
+        assert_eq!(r.outcome, Outcome::Warn);
+        assert!(
+            r.detail
+                .contains("weights-synced, hcomm.io/joined, hcomm.io/member-ready")
+        );
+
+        f.cluster = ClusterRead::Unreachable("get Pod ai/x: no answer within 5s".into());
+        let r = member_conditions(&f);
+        assert_eq!(r.outcome, Outcome::Warn);
+        assert!(r.detail.starts_with("API server unreachable") && r.detail.contains("5s"));
     }
 
     #[test]

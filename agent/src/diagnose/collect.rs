@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::facts::{CommCounters, Facts};
+use super::cluster::{self, Target};
+use super::facts::{ClusterRead, CommCounters, Facts};
 use super::logs;
 use crate::inventory::{devices, nics};
 use crate::member::ranktable::{self, RankTable};
@@ -43,6 +44,9 @@ pub struct DiagnoseArgs {
     /// `table` (default) or `tsv` (one `id<TAB>result<TAB>detail` line per check, for
     /// scripts and tests).
     pub tsv: bool,
+    /// The member Pod / group to read from the API server (`--pod`, `--group`,
+    /// `--namespace`, `--api-timeout-ms`); nothing is read when neither is given.
+    pub cluster: Target,
 }
 
 /// Parses `name=ip,name=ip`.
@@ -207,14 +211,38 @@ pub async fn collect(args: &DiagnoseArgs) -> Facts {
         f.data_address = chosen.as_ref().map(|c| c.ip);
     }
 
+    let read = if args.cluster.asked() {
+        match cluster::read(&args.cluster).await {
+            Ok(objects) => ClusterRead::Read(cluster::snapshot(&args.cluster, &objects)),
+            Err(why) => ClusterRead::Unreachable(why),
+        }
+    } else {
+        ClusterRead::NotAsked
+    };
+    // The rank table: the mounted file when given, else the group's ConfigMap.
+    let table: Option<(Result<RankTable, String>, Option<u64>)> = match (&args.rank_table, &read) {
+        (Some(path), _) => Some((
+            std::fs::read_to_string(path)
+                .map_err(|e| e.to_string())
+                .and_then(|t| RankTable::parse(&t))
+                .map_err(|e| format!("rank table {}: {e}", path.display())),
+            path.parent().and_then(read_epoch),
+        )),
+        (None, ClusterRead::Read(m)) => m.rank_table_json.as_ref().map(|json| {
+            (
+                RankTable::parse(json).map_err(|e| format!("rank-table ConfigMap: {e}")),
+                m.rank_table_epoch,
+            )
+        }),
+        _ => None,
+    };
+    cluster::fill(&mut f, read);
+
     let mut peers: Vec<(String, IpAddr)> = args.peers.clone();
-    if let Some(path) = &args.rank_table {
-        match std::fs::read_to_string(path)
-            .map_err(|e| e.to_string())
-            .and_then(|t| RankTable::parse(&t))
-        {
+    if let Some((parsed, epoch)) = table {
+        match parsed {
             Ok(table) => {
-                f.rank_table_epoch = path.parent().and_then(read_epoch);
+                f.rank_table_epoch = epoch.or(f.rank_table_epoch);
                 f.rank0_peer = table.rank(0).map(|(s, _)| s.server_id.clone());
                 let node = args.node.clone().unwrap_or_default();
                 let dip = f.data_address.map(|a| a.to_string());
@@ -252,7 +280,7 @@ pub async fn collect(args: &DiagnoseArgs) -> Facts {
                     f.port_check = Some(Ok(()));
                 }
             }
-            Err(e) => f.port_check = Some(Err(format!("rank table {}: {e}", path.display()))),
+            Err(e) => f.port_check = Some(Err(e)),
         }
     }
     if let Some(c) = &chosen {

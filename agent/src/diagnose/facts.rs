@@ -24,6 +24,48 @@ pub struct LogMatch {
     pub context: Vec<String>,
 }
 
+/// One hcomm condition of the member Pod, as the agent wrote it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodCondition {
+    pub type_: String,
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+}
+
+/// What the API server said about the member and its group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemberConditions {
+    /// `namespace/name` of the Pod asked for (`--pod`), if any.
+    pub pod: Option<String>,
+    /// Whether that Pod exists.
+    pub pod_found: bool,
+    /// Its `hcomm.io/*` conditions that are set, in lifecycle order.
+    pub conditions: Vec<PodCondition>,
+    /// Its `hcomm.io/epoch` label.
+    pub pod_epoch: Option<u64>,
+    /// The group read (from `--group` or the Pod's label), if it exists.
+    pub group: Option<String>,
+    /// The group's `status.epoch`.
+    pub group_epoch: Option<u64>,
+    /// The rank-table ConfigMap's `epoch`.
+    pub rank_table_epoch: Option<u64>,
+    /// The rank-table ConfigMap's `rank_table.json`.
+    pub rank_table_json: Option<String>,
+}
+
+/// Whether and how the cluster was read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ClusterRead {
+    /// Neither `--pod` nor `--group` was given.
+    #[default]
+    NotAsked,
+    /// The API server could not be used; why.
+    Unreachable(String),
+    /// What it said.
+    Read(MemberConditions),
+}
+
 /// Everything observed.
 #[derive(Debug, Clone, Default)]
 pub struct Facts {
@@ -53,4 +95,6 @@ pub struct Facts {
     /// Typical message size of the workload, if the user told us.
     pub message_bytes: Option<u64>,
     pub log_matches: Vec<LogMatch>,
+    /// The member's Pod, group and rank table as the API server has them.
+    pub cluster: ClusterRead,
 }

@@ -1,7 +1,9 @@
 //! `hcomm-agent diagnose`: the checklist operators otherwise run by hand. [`collect`]
-//! gathers facts, [`checks`] turns them into findings (pure), [`table`] prints them.
+//! gathers facts (with [`cluster`] reading the member's Pod, group and rank table when
+//! asked), [`checks`] turns them into findings (pure), [`table`] prints them.
 
 pub mod checks;
+pub mod cluster;
 pub mod collect;
 pub mod facts;
 pub mod logs;

@@ -1,8 +1,12 @@
 //! Health: a periodic one-element all-reduce on each member's communicator (proves the
 //! whole domain moves; its duration is a latency and bus-bandwidth sample) and a per-link
 //! latency probe to every peer node. Results land in metrics, in `HcommNode.status.linkTests`
-//! (which the operator aggregates into the group's `Degraded` condition) and, when a link
-//! turns dead, in a Kubernetes Event on the `HcommNode`.
+//! (which the operator aggregates into the group's `LinksHealthy` and `Degraded`
+//! conditions) and, when a link turns dead, in a Kubernetes Event on the `HcommNode`.
+//!
+//! `linkTests` rides along with the periodic inventory refresh; a link that turns dead or
+//! answers again is published at once (a merge patch of `status.linkTests` only), so the
+//! group condition follows within one probe interval instead of one inventory interval.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use hcomm_comm::tcp::TcpComm;
 use hcomm_comm::{Communicator, DataType, ReduceOp};
-use hcomm_crds::LinkTestResult;
+use hcomm_crds::{HcommNode, LinkTestResult};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::watch;
 
@@ -92,6 +96,36 @@ pub fn newly_dead<'a>(
         .collect()
 }
 
+/// Whether some peer's reachability differs between two rounds, or a peer was probed for
+/// the first time (pure): then the results are worth publishing before the next
+/// inventory refresh.
+pub fn reachability_changed(before: &[LinkTestResult], after: &[LinkTestResult]) -> bool {
+    after.iter().any(|a| {
+        !before
+            .iter()
+            .any(|b| b.peer == a.peer && b.reachable == a.reachable)
+    })
+}
+
+/// Writes only `status.linkTests` of this node's `HcommNode` (a merge patch: the list is
+/// replaced, every other field stays). The next inventory refresh applies the same list
+/// with the agent's field manager and takes the field back.
+async fn publish_link_tests(
+    client: &kube::Client,
+    node: &str,
+    tests: &[LinkTestResult],
+) -> Result<(), kube::Error> {
+    let api: kube::Api<HcommNode> = kube::Api::all(client.clone());
+    let patch = serde_json::json!({ "status": { "linkTests": tests } });
+    let pp = kube::api::PatchParams {
+        field_manager: Some(format!("{}-health", crate::FIELD_MANAGER)),
+        ..Default::default()
+    };
+    api.patch_status(node, &pp, &kube::api::Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
 /// Probes every known peer through the node's data NIC every `health_interval`.
 pub async fn probe_loop(ctx: Arc<Context>) {
     let mut tick = tokio::time::interval(ctx.cfg.health_interval);
@@ -139,6 +173,15 @@ pub async fn probe_loop(ctx: Arc<Context>) {
             &mut *ctx.link_tests.lock().unwrap_or_else(|e| e.into_inner()),
             results.clone(),
         );
+        if reachability_changed(&before, &results) {
+            // Bounded: a slow API server must not stall the probe rhythm.
+            let publish = publish_link_tests(&ctx.client, &ctx.cfg.node_name, &results);
+            match tokio::time::timeout(Duration::from_secs(5), publish).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "could not publish link tests"),
+                Err(_) => tracing::warn!("publishing link tests timed out after 5s"),
+            }
+        }
         for dead in newly_dead(&before, &results) {
             tracing::warn!(peer = %dead.peer, address = %dead.peer_address, error = ?dead.error, "link down");
             let ev = kube::runtime::events::Event {
@@ -191,6 +234,26 @@ mod tests {
             .map(|l| l.peer.as_str())
             .collect();
         assert_eq!(dead, ["a", "c"]);
+    }
+
+    #[test]
+    fn a_flip_or_a_new_peer_is_published_at_once_a_steady_state_is_not() {
+        let before = vec![lt("a", true), lt("b", false)];
+        assert!(!reachability_changed(&before, &before.clone()));
+        assert!(reachability_changed(
+            &before,
+            &[lt("a", false), lt("b", false)]
+        ));
+        assert!(reachability_changed(
+            &before,
+            &[lt("a", true), lt("b", true)]
+        ));
+        assert!(reachability_changed(
+            &before,
+            &[lt("a", true), lt("b", false), lt("c", true)]
+        ));
+        // A peer no longer probed is not worth a write of its own.
+        assert!(!reachability_changed(&before, &[lt("a", true)]));
     }
 
     #[test]

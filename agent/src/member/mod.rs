@@ -3,7 +3,7 @@
 //! ([`verify`]), weight sync (the [`weights::WeightsSyncer`] seam, implemented by
 //! [`weights_sync::EngineSyncer`]), joining the domain
 //! ([`domain`], from the rank table: [`ranktable`], [`group`]) and drain, writing Pod
-//! conditions ([`conditions`]).
+//! conditions ([`conditions`]) and sync Warning Events ([`sync_warnings`]).
 
 pub mod conditions;
 pub mod domain;
@@ -12,6 +12,7 @@ pub mod group;
 pub mod ranktable;
 pub mod spec;
 pub mod state;
+pub mod sync_warnings;
 pub mod task;
 pub mod verify;
 pub mod weights;

@@ -82,11 +82,23 @@ pub async fn run_member(ctx: Arc<Context>, mut spec: watch::Receiver<Option<Memb
 impl Run {
     async fn main(&mut self, spec_rx: &mut watch::Receiver<Option<MemberSpec>>) {
         let mut queue: VecDeque<Event> = VecDeque::new();
-        // The group and rank table must be readable before anything starts.
+        // The group and rank table must be readable before anything starts, and the table
+        // must be at least the member's epoch: the operator creates a joiner's Pod before
+        // it rewrites the rank table, and verifying against the older table would refuse
+        // a member that is merely early.
         loop {
-            match self.refresh().await {
-                Ok(()) => break,
-                Err(e) => {
+            let behind = match self.refresh().await {
+                Ok(()) => match (self.spec.epoch, self.table.as_ref()) {
+                    (Some(want), Some((_, have))) if *have < want => Some(format!(
+                        "rank table is at epoch {have}, the member at {want}"
+                    )),
+                    _ => None,
+                },
+                Err(e) => Some(e.to_string()),
+            };
+            match behind {
+                None => break,
+                Some(e) => {
                     tracing::info!(error = %e, "waiting for the group and its rank table");
                     if self
                         .wait_spec(spec_rx, self.ctx.cfg.poll_interval)
@@ -259,7 +271,8 @@ impl Run {
             .comm
             .socket_ifname
             .clone()
-            .or_else(|| self.spec.socket_ifname.clone());
+            .or_else(|| self.spec.socket_ifname.clone())
+            .or_else(|| self.ctx.cfg.socket_ifname.clone());
         let timeout = Duration::from_secs(
             u64::try_from(self.group.comm.connect_timeout_seconds).unwrap_or(30),
         );
@@ -315,24 +328,12 @@ impl Run {
                 message: "no verified data interface".into(),
             };
         };
-        let version = self
-            .group
-            .weights
-            .as_ref()
-            .map_or("none".to_owned(), |w| w.version.clone());
         let req = WeightsRequest {
             namespace: self.spec.namespace.clone(),
             group: self.spec.group.clone(),
             pod: self.spec.pod.clone(),
             node: self.ctx.cfg.node_name.clone(),
             spec: self.group.weights.clone(),
-            dest: self
-                .ctx
-                .cfg
-                .weights_root
-                .join(&self.spec.namespace)
-                .join(&self.spec.group)
-                .join(version),
             interface: chosen.name,
             local_ip: chosen.ip,
             peers: self

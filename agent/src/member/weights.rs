@@ -36,9 +36,6 @@ pub struct WeightsRequest {
     pub pod: String,
     pub node: String,
     pub spec: Option<WeightsSpec>,
-    /// Informational: where the member's weights conceptually belong; the engine installs
-    /// into its node store and hands out the store's `current` path.
-    pub dest: PathBuf,
     /// The verified data interface and its address.
     pub interface: String,
     pub local_ip: IpAddr,
@@ -56,7 +53,8 @@ pub struct WeightsOutcome {
     pub bytes: u64,
     pub seconds: f64,
     pub message: String,
-    /// Warnings worth a Kubernetes Event (reason, message): corrupt chunks, lost sources.
+    /// Warnings worth a Kubernetes Event (reason, message): corrupt chunks, lost sources;
+    /// at most one per reason, naming every source involved.
     pub warnings: Vec<(&'static str, String)>,
 }
 

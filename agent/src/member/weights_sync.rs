@@ -10,8 +10,10 @@
 //! declared source (local dir)    → WeightStore::import_dir: copied, manifest of the copy
 //!                                  must hash to spec.weights.digest (else DigestMismatch)
 //! ```
-//! Either way the set lands atomically under the node store's `versions/<hex>` and
-//! `current` is swapped to it; the worker's weights path is the store's `current` path.
+//! Either way the set lands atomically under the node store's `versions/<hex>` (shared by
+//! every group with that digest) and the group's own link,
+//! `<store>/groups/<namespace>_<group>/current`, is swapped to it; that link is the
+//! worker's weights path. Another group's link on the same node never moves.
 //! The decisions ([`peer_sources`], [`local_source`], [`after_peers`], [`reason_of`])
 //! are pure; [`EngineSyncer`] does the I/O.
 
@@ -22,12 +24,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::sync_warnings::SyncWarnings;
 use super::weights::{
     SyncFailure, SyncFuture, WeightsOutcome, WeightsRequest, WeightsSyncer, reasons,
 };
 use crate::weights::{
-    DEFAULT_CHUNK_SIZE, Digest, FetchRequest, GroupSecret, Manifest, Progress, SyncEvent, Timeouts,
-    WeightStore, WeightsError, fetch,
+    CurrentLink, DEFAULT_CHUNK_SIZE, Digest, FetchRequest, GroupSecret, Manifest, Progress,
+    SyncEvent, Timeouts, WeightStore, WeightsError, fetch,
 };
 
 /// The chunk-server addresses of the peers that may hold the set: each peer's data
@@ -106,7 +109,8 @@ pub fn after_peers(manifest_obtained: bool, err: &WeightsError, source: &str) ->
 }
 
 /// Syncs weights into one node-wide [`WeightStore`] (the one the agent's `ChunkServer`
-/// serves), fetching from peers' chunk servers at `port` or importing the source.
+/// serves), fetching from peers' chunk servers at `port` or importing the source, and
+/// points the member's group link at the set.
 pub struct EngineSyncer {
     store: WeightStore,
     port: u16,
@@ -159,10 +163,11 @@ impl EngineSyncer {
         &self,
         dir: PathBuf,
         digest: Digest,
+        link: &CurrentLink,
         version: &str,
         started: Instant,
     ) -> Result<WeightsOutcome, SyncFailure> {
-        let (store, chunk) = (self.store.clone(), self.chunk_size);
+        let (store, chunk, l) = (self.store.clone(), self.chunk_size, link.clone());
         let d = dir.clone();
         let r = tokio::task::spawn_blocking(move || {
             if !d.is_dir() {
@@ -171,22 +176,23 @@ impl EngineSyncer {
                     d.display()
                 )));
             }
-            store.import_dir(&d, &digest, chunk)
+            store.install_dir(&d, &digest, chunk)?;
+            store.activate(&digest, &l)
         })
         .await
         .map_err(|e| SyncFailure::new(reasons::SYNC_FAILED, format!("import task: {e}")))?;
         match r {
-            Ok(_) => {
+            Ok(path) => {
                 let bytes = self.set_bytes(&digest);
                 tracing::info!(weights = %digest, source = %dir.display(), bytes, "weights imported from the declared source");
                 Ok(WeightsOutcome {
-                    path: Some(self.store.current_path()),
+                    path: Some(path.clone()),
                     bytes,
                     seconds: started.elapsed().as_secs_f64(),
                     message: format!(
                         "weights {version} ({digest}) imported from source {} and verified; {bytes} bytes at {}",
                         dir.display(),
-                        self.store.current_path().display()
+                        path.display()
                     ),
                     warnings: Vec::new(),
                 })
@@ -214,12 +220,15 @@ impl EngineSyncer {
     ) -> Result<WeightsOutcome, SyncFailure> {
         let spec = req.spec.as_ref().expect("checked by the caller");
         let started = Instant::now();
+        let link = CurrentLink::group(&req.namespace, &req.group)
+            .map_err(|e| SyncFailure::new(reasons::SYNC_FAILED, e.to_string()))?;
         if self.store.is_complete(&digest) {
-            self.store
-                .activate(&digest)
+            let path = self
+                .store
+                .activate(&digest, &link)
                 .map_err(|e| SyncFailure::new(reason_of(&e), e.to_string()))?;
             return Ok(WeightsOutcome {
-                path: Some(self.store.current_path()),
+                path: Some(path),
                 bytes: 0,
                 seconds: 0.0,
                 message: format!(
@@ -232,7 +241,10 @@ impl EngineSyncer {
         let sources = peer_sources(&req.peers, &req.node, req.local_ip, self.port);
         if sources.is_empty() {
             return match local_source(&spec.source) {
-                Some(dir) => self.import(dir, digest, &spec.version, started).await,
+                Some(dir) => {
+                    self.import(dir, digest, &link, &spec.version, started)
+                        .await
+                }
                 None => Err(SyncFailure::new(
                     reasons::NO_SOURCE,
                     format!(
@@ -243,7 +255,7 @@ impl EngineSyncer {
             };
         }
         let manifest_seen = Arc::new(AtomicBool::new(false));
-        let warnings: Arc<Mutex<Vec<(&'static str, String)>>> = Arc::default();
+        let warnings: Arc<Mutex<SyncWarnings>> = Arc::default();
         let progress = {
             let (seen, warnings) = (manifest_seen.clone(), warnings.clone());
             let group = format!("{}/{}", req.namespace, req.group);
@@ -251,10 +263,10 @@ impl EngineSyncer {
                 SyncEvent::ManifestVerified { .. } => seen.store(true, Ordering::Relaxed),
                 SyncEvent::CorruptChunk { index, source, .. } => {
                     tracing::warn!(%group, %source, index, "corrupt weights chunk; fetching it elsewhere");
-                    warnings.lock().unwrap_or_else(|e| e.into_inner()).push((
-                        reasons::CORRUPT_CHUNK,
-                        format!("chunk #{index} from {source} did not match its digest; fetched again from another source"),
-                    ));
+                    warnings
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .corrupt(*index, *source);
                 }
                 SyncEvent::SourceLost {
                     source,
@@ -262,10 +274,11 @@ impl EngineSyncer {
                     requeued,
                 } => {
                     tracing::warn!(%group, %source, %reason, requeued, "weights source lost");
-                    warnings.lock().unwrap_or_else(|e| e.into_inner()).push((
-                        reasons::SOURCE_LOST,
-                        format!("weights source {source} given up ({reason}); {requeued} chunk(s) requeued to other sources"),
-                    ));
+                    warnings.lock().unwrap_or_else(|e| e.into_inner()).lost(
+                        *source,
+                        reason.clone(),
+                        *requeued,
+                    );
                 }
                 _ => {}
             })
@@ -278,8 +291,10 @@ impl EngineSyncer {
         );
         fr.timeouts = self.timeouts;
         fr.bind = Some(req.local_ip);
-        let taken = |w: &Arc<Mutex<Vec<(&'static str, String)>>>| {
-            std::mem::take(&mut *w.lock().unwrap_or_else(|e| e.into_inner()))
+        fr.link = link.clone();
+        // One Event per reason naming every source (see `sync_warnings`).
+        let taken = |w: &Arc<Mutex<SyncWarnings>>| {
+            std::mem::take(&mut *w.lock().unwrap_or_else(|e| e.into_inner())).events()
         };
         match fetch(fr, progress).await {
             Ok(report) => {
@@ -291,7 +306,7 @@ impl EngineSyncer {
                     .map(|(a, s)| format!("{a} ({} chunks)", s.chunks))
                     .collect();
                 Ok(WeightsOutcome {
-                    path: Some(self.store.current_path()),
+                    path: Some(self.store.link_path(&link)),
                     bytes: p.bytes_fetched,
                     seconds: p.elapsed.as_secs_f64(),
                     message: format!(
@@ -312,7 +327,9 @@ impl EngineSyncer {
                     AfterPeers::Import(dir) => {
                         tracing::info!(weights = %digest, peers = ?sources, error = %e,
                             "no peer holds the weights yet; importing from the declared source");
-                        let mut out = self.import(dir, digest, &spec.version, started).await;
+                        let mut out = self
+                            .import(dir, digest, &link, &spec.version, started)
+                            .await;
                         match &mut out {
                             Ok(o) => o.warnings = taken(&warnings),
                             Err(f) => f.warnings = taken(&warnings),
@@ -459,7 +476,6 @@ mod tests {
             pod: "p".into(),
             node: "self".into(),
             spec,
-            dest: "/unused".into(),
             interface: "lo".into(),
             local_ip: "127.0.0.1".parse().unwrap(),
             peers,
@@ -499,13 +515,15 @@ mod tests {
             .unwrap_err();
         assert_eq!(bad.reason, "DigestMismatch");
         assert!(bad.message.contains(&digest.to_string()), "{}", bad.message);
-        assert!(!s.store().current_path().exists());
+        let link = |st: &WeightStore| st.link_path(&CurrentLink::group("ns", "g").unwrap());
+        assert!(!link(s.store()).exists());
 
         let ok = s
             .sync(&req(spec(digest.to_string()), vec![]))
             .await
             .unwrap();
-        assert_eq!(ok.path, Some(s.store().current_path()));
+        assert_eq!(ok.path, Some(link(s.store())));
+        assert!(ok.path.as_ref().unwrap().ends_with("groups/ns_g/current"));
         assert!(
             ok.message.contains("imported from source"),
             "{}",
@@ -513,7 +531,7 @@ mod tests {
         );
         assert_eq!(ok.bytes, 300_006);
         assert_eq!(
-            std::fs::read(s.store().current_path().join("sub/b.bin")).unwrap(),
+            std::fs::read(link(s.store()).join("sub/b.bin")).unwrap(),
             b"tensor"
         );
         // Held now: a second member on this node activates it without a transfer.
@@ -588,11 +606,11 @@ mod tests {
             second.message
         );
         assert_eq!(second.bytes, 300_006);
-        assert_eq!(second.path, Some(s1.store().current_path()));
-        assert_eq!(
-            std::fs::read(s1.store().current_path().join("a.bin")).unwrap(),
-            pattern()
-        );
+        let link1 = s1
+            .store()
+            .link_path(&CurrentLink::group("ns", "g").unwrap());
+        assert_eq!(second.path, Some(link1.clone()));
+        assert_eq!(std::fs::read(link1.join("a.bin")).unwrap(), pattern());
         let _ = stop.send(());
         server.await.unwrap().unwrap();
         let _ = std::fs::remove_dir_all(&tmp);

@@ -12,7 +12,7 @@
 //!    joiners) are polled for their `Have` bitmap. A worker that fails (refused, reset,
 //!    timed out, too many corrupt chunks) gives its chunks back and the others carry on.
 //! 4. When every chunk is verified: fsync, rename staging → `versions/<hex>`, swap
-//!    `current`. If sources run out first: [`WeightsError::NoSources`] listing them.
+//!    the request's link (`FetchRequest::link`). If sources run out first: [`WeightsError::NoSources`] listing them.
 //!
 //! Every network wait has a deadline ([`Timeouts`]); on top, a fetch that makes no
 //! progress for `Timeouts::stall` ends with [`WeightsError::Timeout`].
@@ -31,6 +31,7 @@ use super::bitset::ChunkBits;
 use super::conn::{open, read_response, unexpected};
 use super::digest::Digest;
 use super::error::{Result, SourceFailure, Subject, WeightsError};
+use super::link::CurrentLink;
 use super::manifest::Manifest;
 use super::progress::{Progress, ProgressSnapshot, SyncEvent};
 use super::protocol::{Request, Response};
@@ -82,10 +83,13 @@ pub struct FetchRequest {
     pub stripe: Option<(usize, usize)>,
     /// Local address to connect from (the data NIC's), if any.
     pub bind: Option<IpAddr>,
+    /// The link swapped to the set once it is installed (the agent: the group's link).
+    pub link: CurrentLink,
 }
 
 impl FetchRequest {
-    /// Defaults: 4 requests in flight per source, default timeouts, random stripe.
+    /// Defaults: 4 requests in flight per source, default timeouts, random stripe, the
+    /// store-wide link.
     pub fn new(
         manifest_digest: Digest,
         sources: Vec<SocketAddr>,
@@ -101,6 +105,7 @@ impl FetchRequest {
             parallelism: 4,
             stripe: None,
             bind: None,
+            link: CurrentLink::node(),
         }
     }
 }
@@ -109,7 +114,7 @@ impl FetchRequest {
 #[derive(Debug, Clone)]
 pub struct FetchReport {
     pub digest: Digest,
-    /// The installed version directory (what `current` now points to).
+    /// The installed version directory (what the request's link now points to).
     pub path: PathBuf,
     pub progress: ProgressSnapshot,
 }
@@ -126,12 +131,12 @@ pub(crate) struct Ctx {
     pub last_progress: Mutex<Instant>,
 }
 
-/// Fetches `req.manifest_digest` and installs it as the store's `current` set.
+/// Fetches `req.manifest_digest`, installs it and points `req.link` at it.
 pub async fn fetch(req: FetchRequest, progress: Progress) -> Result<FetchReport> {
     let digest = req.manifest_digest;
     let store = req.dest.clone();
     if store.is_complete(&digest) {
-        store.activate(&digest)?;
+        store.activate(&digest, &req.link)?;
         let path = store.version_dir(&digest);
         return Ok(FetchReport {
             digest,
@@ -170,7 +175,7 @@ pub async fn fetch(req: FetchRequest, progress: Progress) -> Result<FetchReport>
     run_workers(&ctx, tried).await?;
     let set = ctx.set.clone();
     let path = blocking(move || store.finalize(&set)).await?;
-    ctx.req.dest.activate(&digest)?;
+    ctx.req.dest.activate(&digest, &ctx.req.link)?;
     let snap = progress.snapshot();
     progress.record(SyncEvent::Completed {
         bytes: snap.bytes_fetched,

@@ -10,12 +10,16 @@
 //! joiner:         fetch(FetchRequest) ─▶ manifest from any source (hash checked)
 //!                   ─▶ chunks striped over ALL sources (schedule + fetch workers)
 //!                   ─▶ staging/<hex> (each chunk hashed, written in place, served on)
-//!                   ─▶ fsync, rename to versions/<hex>, swap current ─▶ worker reads current
+//!                   ─▶ fsync, rename to versions/<hex>, swap the group's link
+//!                   ─▶ worker reads groups/<ns>_<group>/current
 //! ```
 //!
 //! - [`manifest`]: files + chunk digests; canonical JSON whose SHA-256 is THE digest.
 //!   CLI entry point: [`manifest_digest`] (`hcomm-agent weights manifest <dir>`).
 //! - [`store`]: the on-disk layout, resume, atomic install, verified-chunk lookup.
+//! - [`link`]: the per-group `current` links ([`CurrentLink`]) over shared versions.
+//! - [`generate`]: deterministic pseudo-random sets for demos and tests
+//!   (`hcomm-agent weights generate`).
 //! - [`protocol`] and [`auth`]: frames (checked complete, bounded) and the HMAC handshake.
 //! - [`server`]: [`ChunkServer::serve`] on the data address, bounded connections.
 //! - [`schedule`] (pure policy), [`fetch`] (the driver), `worker` and `conn` (the I/O):
@@ -41,7 +45,8 @@
 //!
 //! # Guarantees
 //!
-//! - `current` only ever points at a complete, verified, fsync'd version directory.
+//! - A link (`current`) only ever points at a complete, verified, fsync'd version
+//!   directory; moving one group's link never moves another's.
 //! - A lost source's outstanding chunks are requeued; the transfer never restarts.
 //! - A corrupt chunk is counted, reported, and fetched again from another source.
 //! - Chunks already verified in staging survive a restart of the fetch (resume).
@@ -52,12 +57,15 @@ mod conn;
 pub mod digest;
 pub mod error;
 pub mod fetch;
+pub mod generate;
+pub mod link;
 pub mod manifest;
 pub mod progress;
 pub mod protocol;
 pub mod schedule;
 pub mod server;
 pub mod store;
+pub mod tool;
 mod worker;
 
 use std::path::Path;
@@ -67,10 +75,11 @@ pub use bitset::ChunkBits;
 pub use digest::Digest;
 pub use error::{Result, SourceFailure, Subject, WeightsError};
 pub use fetch::{FetchReport, FetchRequest, Timeouts, fetch};
+pub use link::{CURRENT_LINK, CurrentLink};
 pub use manifest::{ChunkTable, DEFAULT_CHUNK_SIZE, FileEntry, Manifest};
 pub use progress::{Progress, ProgressSnapshot, SourceStats, SyncEvent};
 pub use server::{ChunkServer, ServerConfig, ServerStats};
-pub use store::{CURRENT_LINK, WeightStore};
+pub use store::WeightStore;
 
 /// `hcomm-agent weights manifest <dir> [--chunk-size N]`: the digest to put in
 /// `spec.weights.digest` for the weights in `dir` (blocking; hashes every byte).

@@ -5,14 +5,19 @@
 //! <root>/manifests/<hex>.json   canonical manifest of set sha256:<hex>
 //! <root>/staging/<hex>/...      the set's files, preallocated, filled chunk by chunk
 //! <root>/versions/<hex>/...     complete, verified, fsync'd (renamed from staging)
-//! <root>/current -> versions/<hex>   symlink the worker reads, swapped by rename
+//! <root>/groups/<ns>_<group>/current -> ../../versions/<hex>
+//!                                 the link a group's workers read, swapped by rename
+//! <root>/current -> versions/<hex>   the store-wide link (callers without a group)
 //! ```
+//!
+//! Versions are content-addressed and shared: two groups with the same digest hold one
+//! copy; each group's link ([`CurrentLink`]) moves independently of the others.
 //!
 //! Chunks are written in place into preallocated staging files (no second copy, no
 //! assembly pass); a chunk counts as held only after its bytes hashed right and were
 //! written. A fetch that restarts re-hashes the staging files and keeps every chunk that
 //! still matches (resume). The staging directory becomes `versions/<hex>` by one rename
-//! after every file is fsync'd, and only then does `current` move — so the worker sees
+//! after every file is fsync'd, and only then does a link move — so the worker sees
 //! either the old set or the complete new one, never a partial or unverified one.
 //!
 //! The same store answers the chunk server: a verified chunk (of a complete set, or of one
@@ -23,15 +28,14 @@ use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{FileExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::bitset::ChunkBits;
 use super::digest::Digest;
 use super::error::{Result, Subject, WeightsError, io_at};
+use super::link::{CURRENT_LINK, CurrentLink};
 use super::manifest::{ChunkTable, Manifest};
-
-/// Name of the symlink the worker reads.
-pub const CURRENT_LINK: &str = "current";
 
 /// A handle on a node's weight store (cheap to clone; all clones share state).
 #[derive(Debug, Clone)]
@@ -119,9 +123,14 @@ impl WeightStore {
         &self.inner.root
     }
 
-    /// The path the worker reads: `<root>/current` (a symlink to the active version).
+    /// The store-wide link `<root>/current` (a symlink to the active version).
     pub fn current_path(&self) -> PathBuf {
-        self.inner.root.join(CURRENT_LINK)
+        self.link_path(&CurrentLink::node())
+    }
+
+    /// Where `link` is: the path a worker is given.
+    pub fn link_path(&self, link: &CurrentLink) -> PathBuf {
+        self.inner.root.join(link.relative())
     }
 
     /// Directory of a complete set.
@@ -140,9 +149,14 @@ impl WeightStore {
             .join(format!("{}.json", digest.hex()))
     }
 
-    /// The set `current` points to, if any.
+    /// The set the store-wide `current` points to, if any.
     pub fn current(&self) -> Result<Option<Digest>> {
-        let link = self.current_path();
+        self.current_of(&CurrentLink::node())
+    }
+
+    /// The set `link` points to, if any.
+    pub fn current_of(&self, link: &CurrentLink) -> Result<Option<Digest>> {
+        let link = self.link_path(link);
         match fs::read_link(&link) {
             Ok(target) => Ok(target
                 .file_name()
@@ -212,30 +226,51 @@ impl WeightStore {
         }
     }
 
-    /// Makes `current` point at the complete set `digest`: a new symlink renamed over the
-    /// old one (atomic for readers), then the root directory fsync'd.
-    pub fn activate(&self, digest: &Digest) -> Result<PathBuf> {
+    /// Makes `link` point at the complete set `digest`: a new symlink renamed over the old
+    /// one (atomic for readers), then the link's directory fsync'd. Other links are not
+    /// touched.
+    pub fn activate(&self, digest: &Digest, link: &CurrentLink) -> Result<PathBuf> {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
         if !self.is_complete(digest) {
             return Err(WeightsError::Invalid(format!(
                 "set {digest} is not complete in this store"
             )));
         }
-        let root = &self.inner.root;
-        let tmp = root.join(format!(".{CURRENT_LINK}.tmp-{}", std::process::id()));
+        let path = self.link_path(link);
+        let dir = path.parent().expect("a link has a parent directory");
+        fs::create_dir_all(dir).map_err(io_at("create directory", dir))?;
+        // Unique per call: two activations of one link may run at once (two digests).
+        let tmp = dir.join(format!(
+            ".{CURRENT_LINK}.tmp-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
         let _ = fs::remove_file(&tmp);
-        symlink(Path::new("versions").join(digest.hex()), &tmp).map_err(io_at("symlink", &tmp))?;
-        let link = self.current_path();
-        fs::rename(&tmp, &link).map_err(io_at("rename", &link))?;
-        sync_dir(root)?;
-        Ok(link)
+        symlink(link.target(&digest.hex()), &tmp).map_err(io_at("symlink", &tmp))?;
+        fs::rename(&tmp, &path).map_err(io_at("rename", &path))?;
+        sync_dir(dir)?;
+        Ok(path)
+    }
+
+    /// Installs the first members' copy and points the store-wide `current` at it (see
+    /// [`WeightStore::install_dir`]). Blocking.
+    pub fn import_dir(&self, source: &Path, expected: &Digest, chunk_size: u64) -> Result<PathBuf> {
+        self.install_dir(source, expected, chunk_size)?;
+        self.activate(expected, &CurrentLink::node())
     }
 
     /// Installs the first members' copy: copies the source directory into staging,
     /// builds the manifest of the COPY (what we hold is what we checked), refuses it if
-    /// its digest is not `expected`, then installs and activates it. Blocking.
-    pub fn import_dir(&self, source: &Path, expected: &Digest, chunk_size: u64) -> Result<PathBuf> {
+    /// its digest is not `expected`, then renames it to `versions/<hex>` (returned). No link
+    /// moves. Blocking.
+    pub fn install_dir(
+        &self,
+        source: &Path,
+        expected: &Digest,
+        chunk_size: u64,
+    ) -> Result<PathBuf> {
         if self.is_complete(expected) {
-            return self.activate(expected);
+            return Ok(self.version_dir(expected));
         }
         let staging = self.staging_dir(expected);
         let _ = fs::remove_dir_all(&staging);
@@ -257,8 +292,7 @@ impl WeightStore {
         let n = ChunkTable::new(&manifest).len();
         let set = self.register(*expected, manifest, bytes, false, staging, files);
         set.state.lock().expect("set lock").verified = ChunkBits::full(n);
-        self.finalize(&set)?;
-        self.activate(expected)
+        self.finalize(&set)
     }
 
     fn set(&self, digest: &Digest) -> Option<Arc<WeightSet>> {
@@ -364,7 +398,7 @@ impl WeightStore {
     }
 
     /// Flushes every file, renames staging to `versions/<hex>`, and marks the set
-    /// complete (it does not move `current`; see [`WeightStore::activate`]). Blocking.
+    /// complete (it moves no link; see [`WeightStore::activate`]). Blocking.
     pub(crate) fn finalize(&self, set: &WeightSet) -> Result<PathBuf> {
         let mut st = set.state.lock().expect("set lock");
         if st.complete {
@@ -523,4 +557,101 @@ fn sync_tree_dirs(dir: &Path) -> Result<()> {
         }
     }
     sync_dir(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::weights::manifest::MIN_CHUNK_SIZE;
+
+    fn temp(label: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!(
+            "hcomm-store-{label}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        let _ = fs::remove_dir_all(&p);
+        p
+    }
+
+    /// A two-file set whose content depends on `fill`; returns its digest.
+    fn make_set(dir: &Path, fill: u8) -> Digest {
+        fs::create_dir_all(dir.join("sub")).unwrap();
+        fs::write(dir.join("w.bin"), vec![fill; 10_000]).unwrap();
+        fs::write(dir.join("sub/config.json"), br#"{"layers": 2}"#).unwrap();
+        Manifest::build(dir, MIN_CHUNK_SIZE).unwrap().digest()
+    }
+
+    fn versions(store: &WeightStore) -> usize {
+        fs::read_dir(store.root().join("versions")).unwrap().count()
+    }
+
+    #[test]
+    fn each_group_has_its_own_link_and_equal_digests_share_one_copy() {
+        let tmp = temp("groups");
+        let (a, b) = (make_set(&tmp.join("a"), 1), make_set(&tmp.join("b"), 2));
+        let store = WeightStore::open(tmp.join("store")).unwrap();
+        store
+            .install_dir(&tmp.join("a"), &a, MIN_CHUNK_SIZE)
+            .unwrap();
+        store
+            .install_dir(&tmp.join("b"), &b, MIN_CHUNK_SIZE)
+            .unwrap();
+        let (g1, g2, g3) = (
+            CurrentLink::group("ns", "g1").unwrap(),
+            CurrentLink::group("ns", "g2").unwrap(),
+            CurrentLink::group("other", "g1").unwrap(),
+        );
+        let p1 = store.activate(&a, &g1).unwrap();
+        let p2 = store.activate(&b, &g2).unwrap();
+        assert_eq!(p1, tmp.join("store/groups/ns_g1/current"));
+        assert_eq!(p2, tmp.join("store/groups/ns_g2/current"));
+        let read = |p: &Path| fs::read(p.join("w.bin")).unwrap()[0];
+        assert_eq!((read(&p1), read(&p2)), (1, 2));
+
+        // A third group with g1's digest: no second copy, and nobody else's link moves.
+        let p3 = store.activate(&a, &g3).unwrap();
+        assert_eq!(versions(&store), 2);
+        assert_eq!(
+            fs::canonicalize(&p3).unwrap(),
+            fs::canonicalize(&p1).unwrap()
+        );
+        assert_eq!(fs::canonicalize(&p1).unwrap(), store.version_dir(&a));
+        // Installing the same digest again is a no-op, not a copy.
+        store
+            .install_dir(&tmp.join("a"), &a, MIN_CHUNK_SIZE)
+            .unwrap();
+        assert_eq!(versions(&store), 2);
+        // g2 moves to a: g1 and g3 stay where they were; the store-wide link is untouched.
+        store.activate(&a, &g2).unwrap();
+        assert_eq!(store.current_of(&g1).unwrap(), Some(a));
+        assert_eq!(store.current_of(&g2).unwrap(), Some(a));
+        assert_eq!(store.current_of(&g3).unwrap(), Some(a));
+        store.activate(&b, &g2).unwrap();
+        assert_eq!((read(&p1), read(&p2), read(&p3)), (1, 2, 1));
+        assert_eq!(store.current().unwrap(), None);
+        // No temporary links are left behind, and a reopened store sees the same links.
+        let names: Vec<_> = fs::read_dir(tmp.join("store/groups/ns_g2"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [CURRENT_LINK]);
+        let again = WeightStore::open(tmp.join("store")).unwrap();
+        assert_eq!(again.current_of(&g1).unwrap(), Some(a));
+        assert_eq!(again.current_of(&g2).unwrap(), Some(b));
+        let _ = fs::remove_dir_all(&tmp);
+    }
+
+    #[test]
+    fn only_a_complete_set_can_be_activated() {
+        let tmp = temp("incomplete");
+        let store = WeightStore::open(&tmp).unwrap();
+        let g = CurrentLink::group("ns", "g").unwrap();
+        assert!(store.activate(&Digest::of(b"unknown"), &g).is_err());
+        assert!(!store.link_path(&g).exists());
+        let _ = fs::remove_dir_all(&tmp);
+    }
 }

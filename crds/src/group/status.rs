@@ -47,7 +47,8 @@ pub struct HcommGroupStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub topology: Vec<TopologyEntry>,
 
-    /// `Ready`, `Progressing` and `Degraded`, following Kubernetes API conventions.
+    /// `Ready`, `Progressing`, `Degraded` and `LinksHealthy`, following Kubernetes API
+    /// conventions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

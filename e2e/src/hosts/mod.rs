@@ -33,6 +33,7 @@ mod host;
 mod links;
 mod naming;
 mod netns;
+mod podnet;
 mod process;
 mod shaping;
 

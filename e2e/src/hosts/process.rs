@@ -24,6 +24,11 @@ impl HostProcess {
         &self.label
     }
 
+    /// The process id (of the program itself: `ip netns exec` execs it).
+    pub fn id(&self) -> u32 {
+        self.child.as_ref().map(Child::id).unwrap_or_default()
+    }
+
     /// The underlying child (take its stdout, wait for it, ...).
     pub fn child(&mut self) -> &mut Child {
         self.child.as_mut().expect("child present until drop")

@@ -125,6 +125,36 @@ impl Cluster {
         Ok(())
     }
 
+    /// Publishes `node`'s link tests as its agent's probe loop would: one result per peer,
+    /// the peer named by its rank-table server id (its data address), taken now.
+    /// `results` = (peer data address, reachable, latency in µs when reachable).
+    pub async fn set_link_tests(&self, node: &str, results: &[(&str, bool, i64)]) -> Result<()> {
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        let tests: Vec<_> = results
+            .iter()
+            .map(|(peer, reachable, latency)| {
+                let mut t = serde_json::json!({
+                    "peer": peer, "peerAddress": peer, "interface": "data0",
+                    "reachable": reachable, "time": now,
+                });
+                if *reachable {
+                    t["latencyMicros"] = (*latency).into();
+                } else {
+                    t["error"] = format!("connect to {peer}:29499 timed out after 5s").into();
+                }
+                t
+            })
+            .collect();
+        let api: Api<HcommNode> = Api::all(self.client.clone());
+        let patch = serde_json::json!({"status": {"linkTests": tests, "lastUpdated": now}});
+        api.patch_status(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .with_context(|| format!("set link tests of {node}"))?;
+        Ok(())
+    }
+
     /// Applies a group manifest.
     pub async fn apply_group(&self, manifest: serde_json::Value) -> Result<HcommGroup> {
         let group: HcommGroup = serde_json::from_value(manifest)?;
@@ -263,6 +293,20 @@ where
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The condition `type_` of a group, as (status, reason, message).
+pub fn group_condition_message(
+    group: &HcommGroup,
+    type_: &str,
+) -> Option<(String, String, String)> {
+    let c = group
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
 /// The condition `type_` of a group, as (status, reason).

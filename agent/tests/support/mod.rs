@@ -1,0 +1,353 @@
+//! Shared fixtures for the tests that run the real `hcomm-agent` binary on simulated hosts
+//! against a real API server: the control plane with the chart's RBAC, agents started
+//! with a real shared-secret file, groups/rank tables/Pods as the operator would write
+//! them, and condition/Event waits (each bounded by a deadline).
+#![allow(dead_code)] // each test file uses a different subset
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use hcomm_e2e::controlplane::{ControlPlane, ControlPlaneOptions};
+use hcomm_e2e::hosts::{HostProcess, SimHost, SimHosts};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+
+pub const NS: &str = "default";
+pub const CONNECT_TIMEOUT_S: u64 = 3;
+
+/// A per-test temporary path (this process, `label`).
+pub fn temp_path(label: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("hcomm-it-{label}-{}", std::process::id()))
+}
+
+/// Writes a random shared secret (mode 0600), as the chart's Secret would hold it.
+pub fn write_secret(path: &Path) -> Result<()> {
+    let secret: [u8; 24] = rand::random();
+    std::fs::write(path, hex::encode(secret))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(())
+}
+
+/// The HCCL rank-table JSON for `(server id, host ip, device id)` in rank order.
+pub fn rank_table(entries: &[(String, String, i32)]) -> String {
+    let mut servers: Vec<serde_json::Value> = Vec::new();
+    for (rank, (server, ip, dev)) in entries.iter().enumerate() {
+        servers.push(json!({"server_id": server, "host_ip": ip, "device": [
+            {"device_id": dev.to_string(), "device_ip": ip, "rank_id": rank.to_string()}]}));
+    }
+    json!({"version": "1.0", "server_count": servers.len().to_string(), "status": "completed",
+           "server_list": servers})
+    .to_string()
+}
+
+/// Creates a group at epoch 1 with its rank table, status and one Pod per member, as the
+/// operator would.
+pub async fn create_group(
+    client: &kube::Client,
+    name: &str,
+    members: &[(String, String, i32)],
+    weights: Option<serde_json::Value>,
+) -> Result<()> {
+    let groups: Api<hcomm_crds::HcommGroup> = Api::namespaced(client.clone(), NS);
+    let g: hcomm_crds::HcommGroup = serde_json::from_value(json!({
+        "apiVersion": "hcomm.io/v1alpha1", "kind": "HcommGroup",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "replicas": members.len(), "devicesPerMember": 1,
+            "comm": {"backend": "tcp", "connectTimeoutSeconds": CONNECT_TIMEOUT_S, "opTimeoutSeconds": 10},
+            "scaling": {"drainTimeoutSeconds": 60},
+            // The CRD's subgroup CEL rule fails on an absent list (reported), so send one.
+            "subgroups": [{"name": "dp", "scope": "Group"}],
+            "weights": weights,
+            "template": {"spec": {"containers": [{"name": "worker", "image": "worker"}]}}
+        }
+    }))?;
+    groups
+        .create(&PostParams::default(), &g)
+        .await
+        .context("create group")?;
+    let cm_name = format!("{name}-rank-table-1");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": cm_name, "namespace": NS},
+        "data": {"rank_table.json": rank_table(members), "epoch": "1"}
+    }))?;
+    cms.create(&PostParams::default(), &cm)
+        .await
+        .context("create rank table")?;
+    groups
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(json!({
+            "status": {"replicas": members.len(), "readyReplicas": 0, "epoch": 1, "rankTable": cm_name}
+        })))
+        .await
+        .context("group status")?;
+    for (i, (node, _, dev)) in members.iter().enumerate() {
+        create_pod(client, name, i, members.len(), node, *dev, 1).await?;
+    }
+    Ok(())
+}
+
+pub async fn create_pod(
+    client: &kube::Client,
+    name: &str,
+    i: usize,
+    world: usize,
+    node: &str,
+    dev: i32,
+    epoch: u64,
+) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": format!("{name}-{i}"), "namespace": NS,
+            "labels": {"hcomm.io/group": name, "hcomm.io/member-index": i.to_string(), "hcomm.io/rank": i.to_string()},
+            "annotations": {"hcomm.io/devices": dev.to_string()}},
+        "spec": {"nodeName": node, "readinessGates": [{"conditionType": "hcomm.io/member-ready"}],
+            "containers": [{"name": "worker", "image": "worker", "env": [
+                {"name": "RANK_ID", "value": i.to_string()},
+                {"name": "RANK_SIZE", "value": world.to_string()},
+                {"name": "LOCAL_RANK_SIZE", "value": "1"},
+                {"name": "ASCEND_VISIBLE_DEVICES", "value": dev.to_string()},
+                {"name": "HCOMM_EPOCH", "value": epoch.to_string()}]}]}
+    }))?;
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .context("create pod")?;
+    Ok(())
+}
+
+/// Scales a group to `members` at `epoch`: a new rank table, the group status, and a Pod
+/// for each member from `first_new` on.
+pub async fn scale_group(
+    client: &kube::Client,
+    name: &str,
+    members: &[(String, String, i32)],
+    epoch: u64,
+    first_new: usize,
+) -> Result<()> {
+    let cm_name = format!("{name}-rank-table-{epoch}");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": cm_name, "namespace": NS},
+        "data": {"rank_table.json": rank_table(members), "epoch": epoch.to_string()}
+    }))?;
+    cms.create(&PostParams::default(), &cm)
+        .await
+        .context("create rank table")?;
+    let groups: Api<hcomm_crds::HcommGroup> = Api::namespaced(client.clone(), NS);
+    groups
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "status": {"replicas": members.len(), "epoch": epoch, "rankTable": cm_name}
+            })),
+        )
+        .await
+        .context("group status")?;
+    for (i, (node, _, dev)) in members.iter().enumerate().skip(first_new) {
+        create_pod(client, name, i, members.len(), node, *dev, epoch).await?;
+    }
+    Ok(())
+}
+
+/// A Pod condition as (status, reason, message).
+pub async fn condition(
+    pods: &Api<Pod>,
+    pod: &str,
+    type_: &str,
+) -> Option<(String, String, String)> {
+    let p = pods.get_status(pod).await.ok()?;
+    p.status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| {
+            (
+                c.status,
+                c.reason.unwrap_or_default(),
+                c.message.unwrap_or_default(),
+            )
+        })
+}
+
+/// Waits until a Pod condition has `status`; returns (reason, message).
+pub async fn wait_condition(
+    pods: &Api<Pod>,
+    pod: &str,
+    type_: &str,
+    status: &str,
+    within: Duration,
+) -> Result<(String, String)> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some((s, r, m)) = condition(pods, pod, type_).await
+            && s == status
+        {
+            return Ok((r, m));
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{pod}: {type_} did not become {status} within {within:?} (now {:?})",
+                condition(pods, pod, type_).await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Warning Events (events.k8s.io/v1) about `pod`, as (reason, note).
+pub async fn pod_events(client: &kube::Client, pod: &str) -> Result<Vec<(String, String)>> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), NS);
+    Ok(events
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect())
+}
+
+/// One request/response on the agent's local worker API.
+pub fn ask(sock: &Path, line: &str) -> Result<serde_json::Value> {
+    let mut s = UnixStream::connect(sock).with_context(|| format!("connect {}", sock.display()))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(format!("{line}\n").as_bytes())?;
+    let mut out = String::new();
+    BufReader::new(s).read_line(&mut out)?;
+    Ok(serde_json::from_str(&out)?)
+}
+
+/// A control plane on the hosts' management gateway with the CRDs, a (kwok) Node per host
+/// and the chart installed; plus a kubeconfig acting as the chart's agent ServiceAccount,
+/// so the agents run with exactly the RBAC the chart grants.
+pub struct Cluster {
+    pub cp: ControlPlane,
+    pub client: kube::Client,
+    pub agent_kubeconfig: PathBuf,
+}
+
+impl Cluster {
+    pub async fn start(hosts: &SimHosts) -> Result<Cluster> {
+        let cp = ControlPlane::start(ControlPlaneOptions {
+            bind_address: hosts.mgmt_gateway().into(),
+            controllers: false,
+            ..Default::default()
+        })
+        .await
+        .context("control plane")?;
+        cp.install_crds(&hcomm_crds::all_crds()).await?;
+        let client = cp.client().await?;
+        for h in hosts.hosts() {
+            if cp.has_kwok() {
+                cp.create_fake_node(h.name(), BTreeMap::new()).await?;
+            }
+        }
+        hcomm_e2e::chart::install(&cp, &["agent.mode=cpu"])?;
+        let agent_kubeconfig = hcomm_e2e::chart::kubeconfig_as(&cp, hcomm_e2e::chart::AGENT_USER)?;
+        Ok(Cluster {
+            cp,
+            client,
+            agent_kubeconfig,
+        })
+    }
+
+    /// Waits until every host's agent published its `HcommNode` with its data address.
+    pub async fn wait_nodes(&self, hosts: &[&SimHost], within: Duration) -> Result<()> {
+        let nodes: Api<hcomm_crds::HcommNode> = Api::all(self.client.clone());
+        let deadline = Instant::now() + within;
+        for h in hosts {
+            loop {
+                if let Ok(Some(n)) = nodes.get_opt(h.name()).await
+                    && n.status.as_ref().and_then(|s| s.data_address.clone())
+                        == Some(h.data_ip().to_string())
+                {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!("HcommNode {} not published with its data address", h.name());
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How one agent is started.
+#[derive(Debug, Clone)]
+pub struct AgentSpec {
+    pub socket: PathBuf,
+    pub weights_dir: PathBuf,
+    pub secret_file: PathBuf,
+    /// Where its stderr goes (else nowhere, unless `HCOMM_AGENT_TEST_LOGS` is set).
+    pub log: Option<PathBuf>,
+    pub extra_args: Vec<String>,
+}
+
+impl AgentSpec {
+    /// Socket and weights store named after `label` and the host index; the store is not
+    /// touched (callers may pre-seed it).
+    pub fn new(label: &str, host: &SimHost, secret_file: &Path) -> AgentSpec {
+        AgentSpec {
+            socket: temp_path(&format!("{label}-{}.sock", host.index())),
+            weights_dir: temp_path(&format!("{label}-weights-{}", host.index())),
+            secret_file: secret_file.to_path_buf(),
+            log: None,
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// Starts `hcomm-agent run` inside `h` with the shared secret file and fast test timings.
+pub fn spawn_agent(h: &SimHost, kubeconfig: &Path, spec: &AgentSpec) -> Result<HostProcess> {
+    let _ = std::fs::remove_file(&spec.socket);
+    let mut cmd = h.command(env!("CARGO_BIN_EXE_hcomm-agent"));
+    cmd.args([
+        "run",
+        "--probe-secret-file",
+        &spec.secret_file.display().to_string(),
+        "--weights-dir",
+        &spec.weights_dir.display().to_string(),
+        "--weights-port",
+        "7512",
+        "--node-name",
+        h.name(),
+        "--data-address",
+        &h.data_ip().to_string(),
+        "--management-interface",
+        h.mgmt_interface(),
+        "--cpu-devices",
+        "2",
+        "--socket",
+        &spec.socket.display().to_string(),
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--poll-interval-ms",
+        "300",
+        "--retry-backoff-ms",
+        "500",
+        "--health-interval-secs",
+        "1",
+        "--shm-min-bytes",
+        "1",
+    ])
+    .args(&spec.extra_args)
+    .env("KUBECONFIG", kubeconfig)
+    .env("RUST_LOG", "info,kube_client=warn,hyper=warn")
+    .stdout(Stdio::null());
+    if let Some(log) = &spec.log {
+        cmd.stderr(std::fs::File::create(log)?);
+    } else if std::env::var_os("HCOMM_AGENT_TEST_LOGS").is_none() {
+        cmd.stderr(Stdio::null());
+    }
+    Ok(h.spawn_command(cmd)?)
+}

@@ -1,0 +1,55 @@
+//! The workspace's own programs (agent, operator, reference worker, router) as the
+//! testbed runs them: found next to the running executable, i.e. in the same
+//! `target/<profile>` folder Cargo built the test or the demo into, so the testbed always
+//! runs the code of this checkout — never something from `$PATH`.
+
+use std::path::{Path, PathBuf};
+
+use super::error::{Error, Result};
+
+/// Overrides where the programs are looked up (a folder).
+pub const BIN_DIR_ENV: &str = "HCOMM_BIN_DIR";
+
+/// The node agent.
+pub const AGENT: &str = "hcomm-agent";
+/// The operator.
+pub const OPERATOR: &str = "hcomm-operator";
+/// The reference inference worker (`examples/pool`).
+pub const WORKER: &str = "hcomm-worker";
+/// The reference router and load generator (`examples/pool`).
+pub const ROUTER: &str = "hcomm-router";
+
+/// The path of workspace program `name`.
+pub fn find(name: &str) -> Result<PathBuf> {
+    let dirs = search_dirs();
+    dirs.iter()
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| Error::MissingProgram {
+            program: name.to_owned(),
+            searched: dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+/// `$HCOMM_BIN_DIR`, then the executable's folder and its parent (integration tests run
+/// from `target/<profile>/deps`).
+fn search_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os(BIN_DIR_ENV)
+        .map(PathBuf::from)
+        .into_iter()
+        .collect();
+    if let Ok(exe) = std::env::current_exe() {
+        let mut dir = exe.parent().map(Path::to_path_buf);
+        for _ in 0..2 {
+            if let Some(d) = dir {
+                dirs.push(d.clone());
+                dir = d.parent().map(Path::to_path_buf);
+            }
+        }
+    }
+    dirs
+}

@@ -1,0 +1,363 @@
+//! The process kubelet: kwok fakes a Pod's status but runs nothing, so for the Pods bound
+//! to simulated hosts the testbed does a kubelet's remaining job itself. It watches Pods,
+//! and for each one that kwok has given an IP it plumbs that IP into the Pod's host
+//! ([`SimHosts::add_pod_address`]) and runs the containers it knows (see [`super::launch`])
+//! as processes inside the host's network namespace, restarting them if they exit
+//! (`restartPolicy: Always`). When the Pod is deleted it sends SIGTERM, waits out the
+//! grace period (capped), kills, and removes the address.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::watcher::{self, Event};
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::launch::{self, Launch};
+use crate::hosts::SimHosts;
+
+/// Longest grace a deleted Pod's processes get before SIGKILL.
+const MAX_GRACE: Duration = Duration::from_secs(10);
+/// Pause before restarting a process that exited.
+const RESTART_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Where a node's files live and which simulated host it is.
+#[derive(Debug, Clone)]
+pub struct NodeRoot {
+    /// Index into [`SimHosts::hosts`].
+    pub host: usize,
+    /// The host's root folder (hostPath volumes resolve under it).
+    pub root: PathBuf,
+}
+
+/// How the kubelet is set up.
+#[derive(Debug, Clone)]
+pub struct KubeletConfig {
+    /// Node name → host.
+    pub nodes: BTreeMap<String, NodeRoot>,
+    /// Program name (`command[0]`'s file name) → binary.
+    pub programs: BTreeMap<String, PathBuf>,
+    /// Folder for each process' log (`<namespace>_<pod>_<container>.log`).
+    pub log_dir: PathBuf,
+}
+
+/// One process the kubelet started, as tests see it.
+#[derive(Debug, Clone)]
+pub struct ProcessInfo {
+    /// `namespace/pod`.
+    pub pod: String,
+    /// The container.
+    pub container: String,
+    /// Its current pid.
+    pub pid: Option<u32>,
+    /// Times it was restarted after exiting.
+    pub restarts: u32,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+/// A running process kubelet; stops (terminating its processes) on [`Kubelet::stop`] or drop.
+pub struct Kubelet {
+    shutdown: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+    view: Arc<Mutex<BTreeMap<String, ProcessInfo>>>,
+}
+
+impl Kubelet {
+    /// Starts watching Pods with `client`.
+    pub fn start(client: kube::Client, hosts: Arc<SimHosts>, config: KubeletConfig) -> Kubelet {
+        let (shutdown, rx) = watch::channel(false);
+        let view = Arc::new(Mutex::new(BTreeMap::new()));
+        let state = State {
+            hosts,
+            config,
+            pods: HashMap::new(),
+            view: view.clone(),
+        };
+        let task = tokio::spawn(run(client, state, rx));
+        Kubelet {
+            shutdown,
+            task: Some(task),
+            view,
+        }
+    }
+
+    /// The processes running now, keyed by `namespace/pod/container`.
+    pub fn processes(&self) -> BTreeMap<String, ProcessInfo> {
+        self.view.lock().expect("kubelet view").clone()
+    }
+
+    /// Terminates every process (graceful, then SIGKILL) and stops watching.
+    pub async fn stop(mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+struct Running {
+    key: String,
+    host: usize,
+    ip: Ipv4Addr,
+    grace: Duration,
+    procs: Vec<Proc>,
+}
+
+struct Proc {
+    launch: Launch,
+    child: Option<Child>,
+    exited_at: Option<Instant>,
+    restarts: u32,
+    log: PathBuf,
+}
+
+struct State {
+    hosts: Arc<SimHosts>,
+    config: KubeletConfig,
+    /// Pod UID → what runs for it.
+    pods: HashMap<String, Running>,
+    view: Arc<Mutex<BTreeMap<String, ProcessInfo>>>,
+}
+
+async fn run(client: kube::Client, mut state: State, mut shutdown: watch::Receiver<bool>) {
+    let pods: Api<Pod> = Api::all(client);
+    let mut events = watcher::watcher(pods, watcher::Config::default()).boxed();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            _ = tick.tick() => state.supervise(),
+            event = events.next() => match event {
+                Some(Ok(Event::Apply(pod) | Event::InitApply(pod))) => state.observe(&pod).await,
+                Some(Ok(Event::Delete(pod))) => {
+                    if let Some(uid) = pod.metadata.uid.as_deref() {
+                        state.terminate(uid).await;
+                    }
+                }
+                Some(Ok(Event::Init | Event::InitDone)) => {}
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "kubelet: pod watch error (retrying)");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                None => break,
+            },
+        }
+    }
+    let uids: Vec<String> = state.pods.keys().cloned().collect();
+    for uid in uids {
+        state.terminate(&uid).await;
+    }
+}
+
+impl State {
+    async fn observe(&mut self, pod: &Pod) {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return;
+        };
+        let finished = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        if pod.metadata.deletion_timestamp.is_some() || finished {
+            self.terminate(&uid).await;
+            return;
+        }
+        if self.pods.contains_key(&uid) {
+            return;
+        }
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+            return;
+        };
+        let Some(node) = self.config.nodes.get(node).cloned() else {
+            return;
+        };
+        let Some(ip) = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.as_deref())
+            .and_then(|ip| ip.parse::<Ipv4Addr>().ok())
+        else {
+            return;
+        };
+        let (launches, _) = launch::plan(pod, &node.root, &self.config.programs);
+        if launches.is_empty() {
+            return;
+        }
+        let key = format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+            pod.metadata.name.as_deref().unwrap_or("?")
+        );
+        if let Err(e) = self.hosts.add_pod_address(node.host, ip) {
+            tracing::warn!(pod = %key, %ip, error = %e, "kubelet: cannot give the pod its address");
+            return;
+        }
+        let grace = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .map(|s| Duration::from_secs(s.max(0) as u64))
+            .unwrap_or(MAX_GRACE)
+            .min(MAX_GRACE);
+        let mut running = Running {
+            key: key.clone(),
+            host: node.host,
+            ip,
+            grace,
+            procs: Vec::new(),
+        };
+        for l in launches {
+            let log =
+                self.config
+                    .log_dir
+                    .join(format!("{}_{}.log", key.replace('/', "_"), l.container));
+            let mut p = Proc {
+                launch: l,
+                child: None,
+                exited_at: None,
+                restarts: 0,
+                log,
+            };
+            self.spawn(node.host, &key, &mut p);
+            running.procs.push(p);
+        }
+        tracing::info!(pod = %key, %ip, host = node.host, "kubelet: started");
+        self.pods.insert(uid, running);
+        self.publish();
+    }
+
+    fn spawn(&self, host: usize, key: &str, p: &mut Proc) {
+        let Ok(h) = self.hosts.host(host) else {
+            return;
+        };
+        let std_cmd = h.command(&p.launch.program.display().to_string());
+        let mut cmd = Command::from(std_cmd);
+        cmd.args(&p.launch.args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(p.launch.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        if let Ok(filter) = std::env::var("RUST_LOG") {
+            cmd.env("RUST_LOG", filter);
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&p.log);
+        match log.and_then(|f| Ok((f.try_clone()?, f))) {
+            Ok((out, err)) => {
+                cmd.stdout(out).stderr(err);
+            }
+            Err(e) => {
+                tracing::warn!(pod = %key, error = %e, "kubelet: no log file, discarding output");
+                cmd.stdout(Stdio::null()).stderr(Stdio::null());
+            }
+        }
+        match cmd.spawn() {
+            Ok(child) => {
+                p.child = Some(child);
+                p.exited_at = None;
+            }
+            Err(e) => {
+                tracing::warn!(pod = %key, error = %e, "kubelet: cannot start container");
+                p.exited_at = Some(Instant::now());
+            }
+        }
+    }
+
+    /// Reaps exited processes and restarts them after a backoff.
+    fn supervise(&mut self) {
+        let mut restart: Vec<(String, usize)> = Vec::new();
+        for (uid, r) in self.pods.iter_mut() {
+            for (i, p) in r.procs.iter_mut().enumerate() {
+                if let Some(child) = p.child.as_mut()
+                    && let Ok(Some(status)) = child.try_wait()
+                {
+                    tracing::warn!(pod = %r.key, container = %p.launch.container, %status, "kubelet: container exited");
+                    p.child = None;
+                    p.exited_at = Some(Instant::now());
+                }
+                if p.child.is_none() && p.exited_at.is_some_and(|t| t.elapsed() >= RESTART_BACKOFF)
+                {
+                    restart.push((uid.clone(), i));
+                }
+            }
+        }
+        for (uid, i) in restart {
+            let Some(mut r) = self.pods.remove(&uid) else {
+                continue;
+            };
+            let (host, key) = (r.host, r.key.clone());
+            let p = &mut r.procs[i];
+            p.restarts += 1;
+            self.spawn(host, &key, p);
+            self.pods.insert(uid, r);
+        }
+        self.publish();
+    }
+
+    async fn terminate(&mut self, uid: &str) {
+        let Some(mut r) = self.pods.remove(uid) else {
+            return;
+        };
+        for p in &mut r.procs {
+            if let Some(pid) = p.child.as_ref().and_then(Child::id) {
+                let _ = Command::new("kill")
+                    .args(["-TERM", &pid.to_string()])
+                    .status()
+                    .await;
+            }
+        }
+        for p in &mut r.procs {
+            if let Some(child) = p.child.as_mut()
+                && tokio::time::timeout(r.grace, child.wait()).await.is_err()
+            {
+                tracing::warn!(pod = %r.key, container = %p.launch.container, "kubelet: grace period over, killing");
+                let _ = child.kill().await;
+            }
+        }
+        if let Err(e) = self.hosts.remove_pod_address(r.host, r.ip) {
+            tracing::warn!(pod = %r.key, error = %e, "kubelet: cannot remove the pod address");
+        }
+        tracing::info!(pod = %r.key, "kubelet: stopped");
+        self.publish();
+    }
+
+    fn publish(&self) {
+        let mut view = BTreeMap::new();
+        for r in self.pods.values() {
+            for p in &r.procs {
+                view.insert(
+                    format!("{}/{}", r.key, p.launch.container),
+                    ProcessInfo {
+                        pod: r.key.clone(),
+                        container: p.launch.container.clone(),
+                        pid: p.child.as_ref().and_then(Child::id),
+                        restarts: p.restarts,
+                        log: p.log.clone(),
+                    },
+                );
+            }
+        }
+        *self.view.lock().expect("kubelet view") = view;
+    }
+}

@@ -1,0 +1,210 @@
+//! What the process kubelet runs for a Pod (pure): the container's program mapped to a
+//! workspace binary, its arguments, and its environment with the downward API resolved,
+//! and paths under `hostPath` mounts rewritten to the simulated host's root folder — so a
+//! worker that would open `/run/hcomm/agent.sock` in its container opens its own host's
+//! agent socket here.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+/// One container to run as a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    /// The container's name.
+    pub container: String,
+    /// The binary.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Its environment (only this, plus `PATH`).
+    pub env: Vec<(String, String)>,
+}
+
+/// The launches for `pod` on a host whose root folder is `host_root`: one per container
+/// whose `command[0]` names a known program. Containers the testbed cannot run (other
+/// images) are left to kwok's fake status, and are listed in the second value.
+pub fn plan(
+    pod: &Pod,
+    host_root: &Path,
+    programs: &BTreeMap<String, PathBuf>,
+) -> (Vec<Launch>, Vec<String>) {
+    let Some(spec) = pod.spec.as_ref() else {
+        return (Vec::new(), Vec::new());
+    };
+    let mounts = host_mounts(pod);
+    let mut launches = Vec::new();
+    let mut skipped = Vec::new();
+    for c in &spec.containers {
+        let program = c
+            .command
+            .as_ref()
+            .and_then(|cmd| cmd.first())
+            .and_then(|p| programs.get(p.rsplit('/').next().unwrap_or(p)));
+        let Some(program) = program else {
+            skipped.push(c.name.clone());
+            continue;
+        };
+        let rewrite = |v: &str| rewrite_path(v, &mounts_of(c, &mounts), host_root);
+        let mut args: Vec<String> = c
+            .command
+            .iter()
+            .flatten()
+            .skip(1)
+            .chain(c.args.iter().flatten())
+            .map(|a| rewrite(a))
+            .collect();
+        args.retain(|a| !a.is_empty());
+        let env = c
+            .env
+            .iter()
+            .flatten()
+            .filter_map(|e| Some((e.name.clone(), rewrite(&env_value(pod, e)?))))
+            .collect();
+        launches.push(Launch {
+            container: c.name.clone(),
+            program: program.clone(),
+            args,
+            env,
+        });
+    }
+    (launches, skipped)
+}
+
+/// `volume name → host path` of the Pod's hostPath volumes.
+fn host_mounts(pod: &Pod) -> BTreeMap<String, String> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| Some((v.name.clone(), v.host_path.as_ref()?.path.clone())))
+        .collect()
+}
+
+/// `(mount path in the container, host path)` for the container's hostPath mounts,
+/// longest mount path first so nested mounts win.
+fn mounts_of(c: &Container, host: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    let mut m: Vec<(String, String)> = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter_map(|vm| Some((vm.mount_path.clone(), host.get(&vm.name)?.clone())))
+        .collect();
+    m.sort_by_key(|(path, _)| std::cmp::Reverse(path.len()));
+    m
+}
+
+/// `value` with a leading container mount path replaced by the host path under
+/// `host_root`.
+fn rewrite_path(value: &str, mounts: &[(String, String)], host_root: &Path) -> String {
+    for (mount, host) in mounts {
+        let mount = mount.trim_end_matches('/');
+        if let Some(rest) = value.strip_prefix(mount)
+            && (rest.is_empty() || rest.starts_with('/'))
+        {
+            let host = host_root.join(host.trim_start_matches('/'));
+            return format!("{}{rest}", host.display());
+        }
+    }
+    value.to_owned()
+}
+
+/// A variable's value: literal, or the downward API fields a kubelet resolves.
+fn env_value(pod: &Pod, e: &k8s_openapi::api::core::v1::EnvVar) -> Option<String> {
+    if let Some(v) = &e.value {
+        return Some(v.clone());
+    }
+    let field = e
+        .value_from
+        .as_ref()?
+        .field_ref
+        .as_ref()?
+        .field_path
+        .as_str();
+    let meta = &pod.metadata;
+    let status = pod.status.as_ref();
+    let indexed = |map: &Option<BTreeMap<String, String>>, prefix: &str| {
+        let key = field.strip_prefix(prefix)?.strip_suffix("']")?;
+        map.as_ref()?.get(key).cloned()
+    };
+    match field {
+        "metadata.name" => meta.name.clone(),
+        "metadata.namespace" => meta.namespace.clone(),
+        "metadata.uid" => meta.uid.clone(),
+        "spec.nodeName" => pod.spec.as_ref()?.node_name.clone(),
+        "spec.serviceAccountName" => pod.spec.as_ref()?.service_account_name.clone(),
+        "status.podIP" => status?.pod_ip.clone(),
+        "status.hostIP" => status?.host_ip.clone(),
+        f if f.starts_with("metadata.labels['") => indexed(&meta.labels, "metadata.labels['"),
+        f if f.starts_with("metadata.annotations['") => {
+            indexed(&meta.annotations, "metadata.annotations['")
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "decode-2-e3", "namespace": "default", "uid": "u-1",
+                         "labels": {"hcomm.io/rank": "2"}},
+            "spec": {"nodeName": "host-1",
+                "volumes": [{"name": "sock", "hostPath": {"path": "/run/hcomm"}},
+                            {"name": "rt", "configMap": {"name": "decode-rank-table"}}],
+                "containers": [
+                    {"name": "worker", "image": "hcomm/example-worker",
+                     "command": ["/usr/local/bin/hcomm-worker"], "args": ["--step-ms", "20"],
+                     "volumeMounts": [{"name": "sock", "mountPath": "/run/hcomm"},
+                                      {"name": "rt", "mountPath": "/etc/hcomm/rank-table"}],
+                     "env": [
+                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                        {"name": "RANK", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['hcomm.io/rank']"}}},
+                        {"name": "SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+                        {"name": "HCOMM_AGENT_SOCKET", "value": "/run/hcomm/agent.sock"},
+                        {"name": "RANK_TABLE_FILE", "value": "/etc/hcomm/rank-table/rank_table.json"},
+                        {"name": "OTHER", "value": "/run/hcommx"}]},
+                    {"name": "sidecar", "image": "envoy"}]},
+            "status": {"podIP": "10.244.0.7", "hostIP": "198.19.0.10"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn known_programs_run_with_the_downward_api_and_host_paths_resolved() {
+        let programs = BTreeMap::from([("hcomm-worker".to_owned(), PathBuf::from("/bin/w"))]);
+        let (launches, skipped) = plan(&pod(), Path::new("/tmp/tb/host-1"), &programs);
+        assert_eq!(skipped, vec!["sidecar".to_owned()]);
+        let l = &launches[0];
+        assert_eq!(l.program, PathBuf::from("/bin/w"));
+        assert_eq!(l.args, vec!["--step-ms", "20"]);
+        let env: BTreeMap<_, _> = l.env.iter().cloned().collect();
+        assert_eq!(env["POD_NAME"], "decode-2-e3");
+        assert_eq!(env["POD_IP"], "10.244.0.7");
+        assert_eq!(env["RANK"], "2");
+        assert!(
+            !env.contains_key("SECRET"),
+            "unsupported sources are left out"
+        );
+        assert_eq!(
+            env["HCOMM_AGENT_SOCKET"],
+            "/tmp/tb/host-1/run/hcomm/agent.sock"
+        );
+        // Not a hostPath mount, and a mere prefix of a name is not a path prefix.
+        assert_eq!(
+            env["RANK_TABLE_FILE"],
+            "/etc/hcomm/rank-table/rank_table.json"
+        );
+        assert_eq!(env["OTHER"], "/run/hcommx");
+    }
+
+    #[test]
+    fn a_pod_without_known_programs_is_left_alone() {
+        let (launches, skipped) = plan(&pod(), Path::new("/r"), &BTreeMap::new());
+        assert!(launches.is_empty());
+        assert_eq!(skipped.len(), 2);
+    }
+}

@@ -1,0 +1,163 @@
+//! Steady load through the reference router (`hcomm-router load`), run as its own
+//! process in the root namespace — where a gateway would run — following the pool's
+//! Service EndpointSlices. It prints one JSON stats line per interval and a final one on
+//! SIGTERM; [`LoadRun`] keeps the latest.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::task::JoinHandle;
+
+use super::{Error, Result, Testbed, binaries};
+
+/// Counters of one member as the router saw it.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct PodStats {
+    /// Answers 200.
+    pub served: u64,
+    /// Attempts it refused with 503 `not ready` (traffic sent too early).
+    pub refused_not_ready: u64,
+    /// Attempts it refused with 503 `draining` (retried elsewhere).
+    pub refused_draining: u64,
+    /// Other failed attempts (connection errors, other statuses).
+    pub errors: u64,
+    /// Unix time of the first 200, in ms.
+    pub first_ok_unix_ms: Option<u64>,
+    /// Unix time of the last 200, in ms.
+    pub last_ok_unix_ms: Option<u64>,
+    /// Distinct weights digests it answered with.
+    pub digests: Vec<String>,
+}
+
+/// What the router reports.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct LoadStats {
+    /// Requests answered 200 (possibly after retries; includes `wrong_digest`).
+    pub served: u64,
+    /// Requests that never got a 200 within their deadline.
+    pub failed: u64,
+    /// Answers whose digest was missing or not one of the expected ones.
+    pub wrong_digest: u64,
+    /// Requests that needed more than one attempt.
+    pub retried: u64,
+    /// Attempts refused with 503 `not ready`.
+    pub refused_not_ready: u64,
+    /// Attempts refused with 503 `draining`.
+    pub refused_draining: u64,
+    /// Per member Pod.
+    pub by_pod: BTreeMap<String, PodStats>,
+    /// Members that answered with more than one digest.
+    pub mixed_digest_members: Vec<String>,
+    /// The last line was the final one.
+    #[serde(rename = "final")]
+    pub finished: bool,
+}
+
+/// A running load generator.
+pub struct LoadRun {
+    child: Child,
+    latest: Arc<Mutex<LoadStats>>,
+    reader: JoinHandle<()>,
+    service: String,
+}
+
+/// How to load a pool.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// The pool's Service.
+    pub service: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Requests in flight at once.
+    pub concurrency: u32,
+    /// Tokens per request (each takes the worker's `--step-ms`).
+    pub tokens: u32,
+    /// Digests an answer may carry.
+    pub expect_digests: Vec<String>,
+}
+
+impl Testbed {
+    /// Starts `hcomm-router load` against `options.service`.
+    pub fn start_load(&self, options: &LoadOptions) -> Result<LoadRun> {
+        let log = self.log_file(&format!("router-{}", options.service))?;
+        let mut cmd = Command::new(binaries::find(binaries::ROUTER)?);
+        cmd.arg("load")
+            .args(["--service", &options.service])
+            .args(["--namespace", &options.namespace])
+            .args(["--concurrency", &options.concurrency.to_string()])
+            .args(["--tokens", &options.tokens.to_string()])
+            .args(["--progress", "500ms", "--progress-format", "json"]);
+        if !options.expect_digests.is_empty() {
+            cmd.args(["--expect-digest", &options.expect_digests.join(",")]);
+        }
+        cmd.env("KUBECONFIG", self.cp.kubeconfig_path())
+            .env("RUST_LOG", "info,kube=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(Error::io("start hcomm-router load"))?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let latest = Arc::new(Mutex::new(LoadStats::default()));
+        let sink = latest.clone();
+        let reader = tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(stats) = serde_json::from_str::<LoadStats>(&line) {
+                    *sink.lock().expect("load stats") = stats;
+                }
+            }
+        });
+        Ok(LoadRun {
+            child,
+            latest,
+            reader,
+            service: options.service.clone(),
+        })
+    }
+}
+
+impl LoadRun {
+    /// The latest stats line.
+    pub fn latest(&self) -> LoadStats {
+        self.latest.lock().expect("load stats").clone()
+    }
+
+    /// SIGTERM, then the final stats (in-flight requests finish first).
+    pub async fn stop(mut self) -> Result<LoadStats> {
+        if let Some(pid) = self.child.id() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .await;
+        }
+        let within = Duration::from_secs(20);
+        let waited = tokio::time::timeout(within, async {
+            let _ = self.child.wait().await;
+            let _ = (&mut self.reader).await;
+        })
+        .await;
+        if waited.is_err() {
+            let _ = self.child.kill().await;
+            return Err(Error::Timeout {
+                what: format!("router load on {} to stop", self.service),
+                after: within,
+            });
+        }
+        let stats = self.latest();
+        if !stats.finished {
+            return Err(Error::Io {
+                what: format!("router load on {}", self.service),
+                source: std::io::Error::other("exited without its final stats line"),
+            });
+        }
+        Ok(stats)
+    }
+}

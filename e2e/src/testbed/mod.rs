@@ -1,0 +1,401 @@
+//! A whole hcomm installation on this machine, as the pool scenarios and `cargo demo` use
+//! it: simulated hosts (network namespaces with data and management NICs), a real control
+//! plane bound to the management network, the Helm chart (CRDs, RBAC, the agents' shared
+//! Secret), one `hcomm-agent` per host acting as the chart's agent ServiceAccount, the
+//! `hcomm-operator` acting as the operator's ServiceAccount, and a process kubelet
+//! ([`kubelet`]) that runs each member Pod's worker inside its host with a reachable Pod
+//! IP — so routers follow real EndpointSlices to real sockets.
+//!
+//! The chart's own Deployment and DaemonSet are not used (kwok cannot run containers): the
+//! testbed runs the same binaries as processes, with the chart's identities.
+//!
+//! Everything stops when the testbed drops (workers, operator, agents, control plane,
+//! hosts, in that order).
+
+pub mod binaries;
+mod error;
+pub mod kubelet;
+pub mod launch;
+pub mod load;
+pub mod pools;
+pub mod timeline;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hcomm_crds::HcommNode;
+use kube::Api;
+
+pub use error::{Error, Result};
+pub use kubelet::{Kubelet, KubeletConfig, NodeRoot, ProcessInfo};
+pub use load::{LoadOptions, LoadRun, LoadStats, PodStats};
+pub use pools::MemberPod;
+pub use timeline::{MemberMarks, Timeline};
+
+use crate::chart;
+use crate::controlplane::{ControlPlane, ControlPlaneOptions};
+use crate::hosts::{HostProcess, Shaping, SimHosts, SimHostsOptions};
+
+/// How to build a [`Testbed`].
+#[derive(Debug, Clone)]
+pub struct TestbedOptions {
+    /// Simulated hosts (Kubernetes Nodes `host-0..`).
+    pub hosts: usize,
+    /// Devices (ranks) each host's agent offers (`--cpu-devices`).
+    pub devices_per_host: u32,
+    /// Shaping of every host's data link.
+    pub data_shaping: Shaping,
+    /// The agents' health probe interval.
+    pub health_interval: Duration,
+    /// Use loopback hosts when network namespaces cannot be made (not root).
+    pub allow_loopback: bool,
+}
+
+impl Default for TestbedOptions {
+    fn default() -> Self {
+        TestbedOptions {
+            hosts: 4,
+            devices_per_host: 2,
+            data_shaping: Shaping::default(),
+            health_interval: Duration::from_secs(1),
+            allow_loopback: false,
+        }
+    }
+}
+
+/// A running installation. Fields drop in order: workers first, hosts last.
+pub struct Testbed {
+    kubelet: Option<Kubelet>,
+    operator: Option<Child>,
+    agents: Vec<Option<HostProcess>>,
+    cp: ControlPlane,
+    hosts: Arc<SimHosts>,
+    dir: PathBuf,
+    keep_dir: bool,
+    options: TestbedOptions,
+    agent_kubeconfig: PathBuf,
+    operator_kubeconfig: PathBuf,
+    secret_file: PathBuf,
+}
+
+/// Ports every agent uses on its host (the chart's defaults).
+const PROBE_PORT: u16 = 7510;
+const WEIGHTS_PORT: u16 = 7512;
+const COMM_PORT_BASE: u16 = 7600;
+
+impl Testbed {
+    /// Builds hosts, control plane, chart, agents, operator and kubelet, and waits until
+    /// every host's `HcommNode` is published.
+    pub async fn start(options: TestbedOptions) -> Result<Testbed> {
+        let hosts = match SimHosts::create(
+            SimHostsOptions::new(options.hosts).data_shaping(options.data_shaping),
+        ) {
+            Ok(h) => h,
+            Err(e @ crate::hosts::Error::NotPermitted { .. }) if options.allow_loopback => {
+                tracing::warn!(error = %e, "no network namespaces: hosts run on loopback addresses");
+                SimHosts::loopback(options.hosts)?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let hosts = Arc::new(hosts);
+        let dir = std::env::temp_dir().join(format!("hcomm-testbed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("logs")).map_err(Error::io("create testbed dir"))?;
+        let cp = ControlPlane::start(ControlPlaneOptions {
+            bind_address: if hosts.is_isolated() {
+                hosts.mgmt_gateway().into()
+            } else {
+                std::net::Ipv4Addr::LOCALHOST.into()
+            },
+            controllers: true,
+            kwok: Some(true),
+            ..Default::default()
+        })
+        .await?;
+        cp.install_crds(&hcomm_crds::all_crds()).await?;
+        for h in hosts.hosts() {
+            cp.create_fake_node(h.name(), BTreeMap::new()).await?;
+        }
+        // RBAC, namespace and the agents' Secret come from the chart. Its workloads are
+        // kept off the simulated nodes (the testbed runs the binaries itself): the agent
+        // DaemonSet's default selector matches no CPU node, and one operator replica
+        // stays Pending on a selector nothing carries.
+        chart::install(
+            &cp,
+            &[
+                "agent.mode=cpu",
+                "operator.replicas=1",
+                "operator.nodeSelector.hcomm-testbed=runs-as-a-process",
+            ],
+        )?;
+        let agent_kubeconfig = chart::kubeconfig_as(&cp, chart::AGENT_USER)?;
+        let operator_kubeconfig = chart::kubeconfig_as(&cp, chart::OPERATOR_USER)?;
+        let secret_file = dir.join("probe-secret");
+        write_secret(&secret_file)?;
+        let mut bed = Testbed {
+            kubelet: None,
+            operator: None,
+            agents: Vec::new(),
+            cp,
+            hosts,
+            keep_dir: std::env::var_os(crate::controlplane::KEEP_STATE_ENV).is_some(),
+            dir,
+            options,
+            agent_kubeconfig,
+            operator_kubeconfig,
+            secret_file,
+        };
+        for i in 0..bed.hosts.len() {
+            let agent = bed.spawn_agent(i)?;
+            bed.agents.push(Some(agent));
+        }
+        bed.start_operator()?;
+        let programs = BTreeMap::from([
+            (
+                binaries::WORKER.to_owned(),
+                binaries::find(binaries::WORKER)?,
+            ),
+            (
+                binaries::ROUTER.to_owned(),
+                binaries::find(binaries::ROUTER)?,
+            ),
+        ]);
+        let nodes = bed
+            .hosts
+            .hosts()
+            .iter()
+            .map(|h| {
+                (
+                    h.name().to_owned(),
+                    NodeRoot {
+                        host: h.index(),
+                        root: bed.host_root(h.index()),
+                    },
+                )
+            })
+            .collect();
+        bed.kubelet = Some(Kubelet::start(
+            bed.cp.client().await?,
+            bed.hosts.clone(),
+            KubeletConfig {
+                nodes,
+                programs,
+                log_dir: bed.dir.join("logs"),
+            },
+        ));
+        bed.wait_for_nodes(Duration::from_secs(60)).await?;
+        Ok(bed)
+    }
+
+    /// The control plane.
+    pub fn control_plane(&self) -> &ControlPlane {
+        &self.cp
+    }
+
+    /// The simulated hosts.
+    pub fn hosts(&self) -> &SimHosts {
+        &self.hosts
+    }
+
+    /// An admin client.
+    pub async fn client(&self) -> Result<kube::Client> {
+        Ok(self.cp.client().await?)
+    }
+
+    /// The testbed's folder (logs, host roots, secrets).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Host `i`'s root folder: `run/hcomm/agent.sock`, `var/lib/hcomm/weights`.
+    pub fn host_root(&self, i: usize) -> PathBuf {
+        self.dir.join("hosts").join(format!("host-{i}"))
+    }
+
+    /// Host `i`'s agent socket (the local worker API).
+    pub fn agent_socket(&self, i: usize) -> PathBuf {
+        self.host_root(i).join("run/hcomm/agent.sock")
+    }
+
+    /// Host `i`'s weight store.
+    pub fn weights_dir(&self, i: usize) -> PathBuf {
+        self.host_root(i).join("var/lib/hcomm/weights")
+    }
+
+    /// The processes the kubelet runs now.
+    pub fn workers(&self) -> BTreeMap<String, ProcessInfo> {
+        self.kubelet
+            .as_ref()
+            .map(Kubelet::processes)
+            .unwrap_or_default()
+    }
+
+    /// The pid of host `i`'s agent, if running.
+    pub fn agent_pid(&self, i: usize) -> Option<u32> {
+        self.agents.get(i)?.as_ref().map(|p| p.id())
+    }
+
+    /// The operator's pid, if running.
+    pub fn operator_pid(&self) -> Option<u32> {
+        self.operator.as_ref().map(Child::id)
+    }
+
+    /// SIGKILLs host `i`'s agent (a crashed node agent).
+    pub fn kill_agent(&mut self, i: usize) {
+        if let Some(slot) = self.agents.get_mut(i) {
+            slot.take();
+        }
+    }
+
+    /// Starts host `i`'s agent again (after [`Testbed::kill_agent`]).
+    pub fn restart_agent(&mut self, i: usize) -> Result<()> {
+        let agent = self.spawn_agent(i)?;
+        self.agents[i] = Some(agent);
+        Ok(())
+    }
+
+    /// SIGKILLs the operator: no chance to finish anything.
+    pub fn kill_operator(&mut self) {
+        if let Some(mut child) = self.operator.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the operator (again).
+    pub fn start_operator(&mut self) -> Result<()> {
+        self.kill_operator();
+        let log = self.log_file("operator")?;
+        let child = Command::new(binaries::find(binaries::OPERATOR)?)
+            .args(["--metrics-addr", "127.0.0.1:0", "--identity", "testbed"])
+            .args(["--lease-namespace", chart::RELEASE_NAMESPACE])
+            .args(["--lease-name", "hcomm-operator"])
+            .env("KUBECONFIG", &self.operator_kubeconfig)
+            .env("RUST_LOG", log_filter())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(Error::io("operator log"))?)
+            .stderr(log)
+            .spawn()
+            .map_err(Error::io("start hcomm-operator"))?;
+        self.operator = Some(child);
+        Ok(())
+    }
+
+    pub(crate) fn log_file(&self, name: &str) -> Result<std::fs::File> {
+        let path = self.dir.join("logs").join(format!("{name}.log"));
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(Error::io(format!("open {}", path.display())))
+    }
+
+    fn spawn_agent(&self, i: usize) -> Result<HostProcess> {
+        let h = self.hosts.host(i)?;
+        let root = self.host_root(i);
+        let socket = self.agent_socket(i);
+        let weights = self.weights_dir(i);
+        std::fs::create_dir_all(&weights).map_err(Error::io("create weights dir"))?;
+        let mut cmd = h.command(&binaries::find(binaries::AGENT)?.display().to_string());
+        cmd.arg("run")
+            .args(["--node-name", h.name()])
+            .args(["--data-address", &h.data_ip().to_string()])
+            .args(["--management-interface", h.mgmt_interface()])
+            .args(["--cpu-devices", &self.options.devices_per_host.to_string()])
+            .args(["--socket", &socket.display().to_string()])
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .args(["--probe-port", &PROBE_PORT.to_string()])
+            .args(["--weights-port", &WEIGHTS_PORT.to_string()])
+            .args(["--comm-port-base", &COMM_PORT_BASE.to_string()])
+            .args(["--weights-dir", &weights.display().to_string()])
+            .args([
+                "--probe-secret-file",
+                &self.secret_file.display().to_string(),
+            ])
+            .args([
+                "--health-interval-secs",
+                &self.options.health_interval.as_secs_f64().to_string(),
+            ])
+            .args(["--poll-interval-ms", "300", "--retry-backoff-ms", "500"])
+            .args(["--shm-min-bytes", "1"])
+            .env("KUBECONFIG", &self.agent_kubeconfig)
+            .env("RUST_LOG", log_filter())
+            .env("HOME", &root)
+            .stdin(Stdio::null());
+        let log = self.log_file(h.name())?;
+        cmd.stdout(log.try_clone().map_err(Error::io("agent log"))?)
+            .stderr(log);
+        Ok(h.spawn_command(cmd)?)
+    }
+
+    async fn wait_for_nodes(&self, within: Duration) -> Result<()> {
+        let nodes: Api<HcommNode> = Api::all(self.client().await?);
+        let deadline = Instant::now() + within;
+        for h in self.hosts.hosts() {
+            loop {
+                let published = nodes
+                    .get_opt(h.name())
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|n| n.status?.data_address)
+                    .is_some();
+                if published {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(Error::Timeout {
+                        what: format!(
+                            "HcommNode {} (agent log: {})",
+                            h.name(),
+                            self.dir
+                                .join("logs")
+                                .join(format!("{}.log", h.name()))
+                                .display()
+                        ),
+                        after: within,
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the workers gracefully, then everything else.
+    pub async fn stop(mut self) {
+        if let Some(k) = self.kubelet.take() {
+            k.stop().await;
+        }
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        self.kubelet.take();
+        self.kill_operator();
+        self.agents.clear();
+        if !self.keep_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn log_filter() -> String {
+    std::env::var("HCOMM_TESTBED_LOG")
+        .unwrap_or_else(|_| "info,kube=warn,kube_client=warn,hyper=warn,tower=warn".to_owned())
+}
+
+/// A fresh random secret shared by the agents (as the chart's generated Secret is).
+fn write_secret(path: &Path) -> Result<()> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(Error::io("read /dev/urandom"))?;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(path, hex).map_err(Error::io(format!("write {}", path.display())))
+}

@@ -1,0 +1,399 @@
+//! Elastic pools end to end, under steady load from the reference router, on simulated
+//! hosts with a real control plane, the real operator and agents, and real worker
+//! processes behind real EndpointSlices (see `hcomm_e2e::testbed`).
+//!
+//! One installation runs the scenarios in order (each needs the state the previous left):
+//! 1. both example pools come up, every member Ready, rank table and topology in status;
+//! 2. decode 2 → 4 with `kubectl scale`: no failed request, no wrong or missing digest, no
+//!    request at a joiner before its readiness gate, existing members untouched;
+//! 3. decode 4 → 2: no failed request, each victim at zero in flight when destroyed,
+//!    the drain visible in status and Events;
+//! 4. a host whose data NIC reaches nobody: its member is refused with the NIC message,
+//!    the pool stays healthy and the next host is used;
+//! 6. the operator is SIGKILLed mid scale-out and restarted: the scale-out completes;
+//! 9. scale up/down cycles leave no Pods, processes, communicators or fds behind.
+//!
+//! Needs root (network namespaces) and the cached control-plane binaries; skips with a
+//! message otherwise.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use hcomm_crds::HcommGroup;
+use hcomm_e2e::testbed::{LoadOptions, LoadRun, LoadStats, MemberPod, Testbed, TestbedOptions};
+use k8s_openapi::api::core::v1::Event;
+use kube::Api;
+use kube::api::ListParams;
+
+const NS: &str = "default";
+const POOL_WAIT: Duration = Duration::from_secs(120);
+
+#[test]
+fn pools_scale_out_and_in_under_load_without_losing_a_request() {
+    if hcomm_e2e::hosts::SimHosts::create(hcomm_e2e::hosts::SimHostsOptions::new(1))
+        .map(|h| h.teardown())
+        .is_err()
+    {
+        eprintln!("skipping: cannot create network namespaces (needs root)");
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(900), scenarios())
+            .await
+            .expect("scenarios deadline (900 s)")
+            .expect("scenarios");
+    });
+}
+
+async fn scenarios() -> Result<()> {
+    let bed = Testbed::start(TestbedOptions {
+        hosts: 5,
+        ..Default::default()
+    })
+    .await
+    .context("testbed")?;
+    let mut bed = bed;
+    let result = run(&mut bed).await;
+    if result.is_err() {
+        eprintln!("logs: {}", bed.dir().join("logs").display());
+    }
+    bed.stop().await;
+    result
+}
+
+async fn run(bed: &mut Testbed) -> Result<()> {
+    let client = bed.client().await?;
+    let models = bed.dir().join("models/v1");
+    let digest = generate_weights(&models, 64, 1)?;
+    let timeline = hcomm_e2e::testbed::Timeline::start(client.clone(), NS);
+
+    // 1. Both pools come up.
+    bed.apply_examples(&models, &digest)?;
+    let prefill = bed.wait_pool_ready(NS, "prefill", 2, POOL_WAIT).await?;
+    let decode = bed.wait_pool_ready(NS, "decode", 2, POOL_WAIT).await?;
+    let groups: Api<HcommGroup> = Api::namespaced(client.clone(), NS);
+    for name in ["prefill", "decode"] {
+        let status = groups.get(name).await?.status.context("status")?;
+        ensure!(
+            status.rank_table.is_some(),
+            "{name}: no rank table in status"
+        );
+        ensure!(!status.topology.is_empty(), "{name}: no topology in status");
+        ensure!(
+            status.members.len() == 2,
+            "{name}: members {:?}",
+            status.members
+        );
+    }
+    let load = |service: &str| LoadOptions {
+        service: service.into(),
+        namespace: NS.into(),
+        concurrency: 4,
+        tokens: 3,
+        expect_digests: vec![digest.clone()],
+    };
+    let prefill_load = bed.start_load(&load("prefill"))?;
+    let decode_load = bed.start_load(&load("decode"))?;
+    wait_served(&decode_load, &decode, 5).await?;
+    wait_served(&prefill_load, &prefill, 5).await?;
+
+    // 2. decode 2 → 4.
+    bed.scale("decode", 4)?;
+    let grown = bed.wait_pool_ready(NS, "decode", 4, POOL_WAIT).await?;
+    let kept: Vec<&MemberPod> = grown
+        .iter()
+        .filter(|m| decode.iter().any(|d| d.uid == m.uid))
+        .collect();
+    ensure!(
+        kept.len() == 2
+            && kept
+                .iter()
+                .all(|k| decode.iter().any(|d| d.uid == k.uid && d.rank == k.rank)),
+        "existing members' Pods and ranks must be untouched: before {decode:?}, after {grown:?}"
+    );
+    let joiners: Vec<&MemberPod> = grown
+        .iter()
+        .filter(|m| !decode.iter().any(|d| d.uid == m.uid))
+        .collect();
+    wait_served(&decode_load, &grown, 3).await?;
+    let stats = decode_load.latest();
+    for j in &joiners {
+        let marks = timeline.member(&j.name).context("joiner in timeline")?;
+        let ready = marks.ready.context("joiner ready mark")?;
+        let first = stats.by_pod[&j.name]
+            .first_ok_unix_ms
+            .context("joiner served")?;
+        let first_offset = first.saturating_sub(timeline.origin_unix_ms());
+        ensure!(
+            Duration::from_millis(first_offset) + Duration::from_millis(50) >= ready,
+            "{}: first answer at {first_offset} ms, before its gate turned True at {ready:?}",
+            j.name
+        );
+    }
+    check_clean(&stats, "decode after scale-out")?;
+
+    // 3. decode 4 → 2.
+    bed.scale("decode", 2)?;
+    let shrunk = bed.wait_pool_ready(NS, "decode", 2, POOL_WAIT).await?;
+    wait_members(bed, "decode", 2).await?;
+    let victims: Vec<&MemberPod> = grown
+        .iter()
+        .filter(|m| !shrunk.iter().any(|s| s.uid == m.uid))
+        .collect();
+    ensure!(victims.len() == 2, "two victims: {victims:?}");
+    for v in &victims {
+        let m = timeline.member(&v.name).context("victim marks")?;
+        ensure!(
+            m.drain_requested.is_some() && m.drained.is_some() && m.deleted.is_some(),
+            "{}: drain not seen before deletion: {m:?}",
+            v.name
+        );
+        ensure!(
+            m.drain_requested <= m.drained && m.drained <= m.deleted,
+            "{}: order {m:?}",
+            v.name
+        );
+        // `Drained` (not `DrainTimedOut`): the worker reported zero in flight before the
+        // member left the domain and its communicator was destroyed.
+        ensure!(
+            m.drained_reason.as_deref() == Some("Drained"),
+            "{}: drained as {:?}",
+            v.name,
+            m.drained_reason
+        );
+    }
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    let drain_events = events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref().is_some_and(|r| r.contains("Drain")))
+        .count();
+    ensure!(drain_events > 0, "no drain Event");
+    check_clean(&decode_load.latest(), "decode after scale-in")?;
+
+    // 4. A host whose data NIC reaches nobody: the member placed there is refused, the
+    //    next host is used. Placement fills host order, so the next joiner lands on the
+    //    first host with free devices.
+    let free_host = first_free_host(bed, &shrunk, &prefill).await?;
+    bed.hosts().blackhole_data(free_host)?;
+    let t = Instant::now();
+    bed.scale("decode", 3)?;
+    let three = bed.wait_pool_ready(NS, "decode", 3, POOL_WAIT).await?;
+    let bad_node = format!("host-{free_host}");
+    ensure!(
+        three.iter().all(|m| m.node != bad_node),
+        "a member runs on the cut host: {three:?}"
+    );
+    let refused = timeline
+        .members()
+        .into_iter()
+        .find(|(_, m)| m.node == bad_node && m.group == "decode" && m.refused.is_some())
+        .context("no member was refused on the cut host")?;
+    let message = refused.1.refused.clone().unwrap_or_default();
+    ensure!(
+        message.starts_with("NicUnreachable") && message.contains("data0"),
+        "refusal should name the reason and the interface: {message:?}"
+    );
+    eprintln!("scenario 4: refused in {:?}: {message}", t.elapsed());
+    bed.hosts().restore_data(free_host)?;
+
+    // 6. The operator dies mid scale-out (the joiner's Pod exists, it is not Ready yet).
+    bed.scale("decode", 4)?;
+    wait_members(bed, "decode", 4).await?;
+    bed.kill_operator();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    bed.start_operator()?;
+    bed.wait_pool_ready(NS, "decode", 4, POOL_WAIT).await?;
+    check_clean(&decode_load.latest(), "decode after the operator restart")?;
+
+    // 9. Cycles leave nothing behind.
+    let before = resources(bed).await?;
+    for cycle in 0..3 {
+        bed.scale("decode", 2)?;
+        bed.wait_pool_ready(NS, "decode", 2, POOL_WAIT).await?;
+        wait_members(bed, "decode", 2).await?;
+        bed.scale("decode", 4)?;
+        bed.wait_pool_ready(NS, "decode", 4, POOL_WAIT)
+            .await
+            .with_context(|| format!("cycle {cycle}"))?;
+    }
+    let after = resources(bed).await?;
+    eprintln!("scenario 9: before {before:?}\n            after  {after:?}");
+    ensure!(
+        after.workers == before.workers,
+        "worker processes: {before:?} → {after:?}"
+    );
+    for (who, b) in &before.procs {
+        let a = after.procs.get(who).context("process gone")?;
+        ensure!(
+            a.fds <= b.fds + 8,
+            "{who}: open fds grew {} → {}",
+            b.fds,
+            a.fds
+        );
+        ensure!(
+            a.threads <= b.threads + 4,
+            "{who}: threads grew {} → {}",
+            b.threads,
+            a.threads
+        );
+        ensure!(
+            a.rss_kib <= b.rss_kib + 64 * 1024,
+            "{who}: RSS grew {} → {} KiB",
+            b.rss_kib,
+            a.rss_kib
+        );
+    }
+
+    let decode_stats = decode_load.stop().await?;
+    let prefill_stats = prefill_load.stop().await?;
+    check_clean(&decode_stats, "decode, whole run")?;
+    check_clean(&prefill_stats, "prefill, whole run")?;
+    Ok(())
+}
+
+fn check_clean(s: &LoadStats, when: &str) -> Result<()> {
+    ensure!(s.served > 0, "{when}: nothing served");
+    // A `not ready` refusal means a router reached a member before its gate was True.
+    ensure!(
+        s.failed == 0
+            && s.wrong_digest == 0
+            && s.mixed_digest_members.is_empty()
+            && s.refused_not_ready == 0,
+        "{when}: failed={} wrong_digest={} mixed={:?} refused_not_ready={}",
+        s.failed,
+        s.wrong_digest,
+        s.mixed_digest_members,
+        s.refused_not_ready
+    );
+    Ok(())
+}
+
+/// Until every member in `members` has answered at least `n` requests.
+async fn wait_served(load: &LoadRun, members: &[MemberPod], n: u64) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = load.latest();
+        if members
+            .iter()
+            .all(|m| s.by_pod.get(&m.name).is_some_and(|p| p.served >= n))
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("not every member served {n} requests within 30 s: {members:?} {s:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Until the group has exactly `n` member Pods (victims deleted, joiners created).
+async fn wait_members(bed: &Testbed, group: &str, n: usize) -> Result<()> {
+    let deadline = Instant::now() + POOL_WAIT;
+    loop {
+        let members = bed.members(NS, group).await?;
+        if members.len() == n {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{group}: {n} member Pods expected, have {members:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The first host (in placement order) with a free device.
+async fn first_free_host(
+    bed: &Testbed,
+    decode: &[MemberPod],
+    prefill: &[MemberPod],
+) -> Result<usize> {
+    let mut used: BTreeMap<&str, usize> = BTreeMap::new();
+    for m in decode.iter().chain(prefill) {
+        *used.entry(m.node.as_str()).or_default() += 1;
+    }
+    bed.hosts()
+        .hosts()
+        .iter()
+        .find(|h| used.get(h.name()).copied().unwrap_or(0) < 2)
+        .map(|h| h.index())
+        .context("no host with a free device")
+}
+
+#[derive(Debug)]
+struct ProcUsage {
+    fds: usize,
+    threads: usize,
+    rss_kib: u64,
+}
+
+#[derive(Debug)]
+struct Resources {
+    workers: usize,
+    procs: BTreeMap<String, ProcUsage>,
+}
+
+async fn resources(bed: &Testbed) -> Result<Resources> {
+    let mut procs = BTreeMap::new();
+    let mut pids: Vec<(String, u32)> = (0..bed.hosts().len())
+        .filter_map(|i| Some((format!("agent host-{i}"), bed.agent_pid(i)?)))
+        .collect();
+    pids.extend(bed.operator_pid().map(|p| ("operator".to_owned(), p)));
+    for (who, pid) in pids {
+        procs.insert(who, usage(pid)?);
+    }
+    Ok(Resources {
+        workers: bed.workers().len(),
+        procs,
+    })
+}
+
+fn usage(pid: u32) -> Result<ProcUsage> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok(ProcUsage {
+        fds,
+        threads: field("Threads:") as usize,
+        rss_kib: field("VmRSS:"),
+    })
+}
+
+/// Writes a deterministic weights set with the agent's own generator; returns its digest.
+fn generate_weights(dir: &std::path::Path, mib: u64, seed: u64) -> Result<String> {
+    let agent = hcomm_e2e::testbed::binaries::find(hcomm_e2e::testbed::binaries::AGENT)?;
+    let run = |args: &[&str]| -> Result<String> {
+        let out = std::process::Command::new(&agent).args(args).output()?;
+        ensure!(
+            out.status.success(),
+            "hcomm-agent {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    let d = dir.display().to_string();
+    run(&[
+        "weights",
+        "generate",
+        &d,
+        "--size",
+        &format!("{mib}MiB"),
+        "--seed",
+        &seed.to_string(),
+    ])?;
+    run(&["weights", "manifest", &d])
+}

@@ -1,0 +1,56 @@
+//! The library's error type: one variant per boundary, so a caller can tell an agent that
+//! is not there from one that refused, and a bad flag from an I/O failure.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Errors of the example worker and router.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The agent's socket could not be reached or the connection broke.
+    #[error("agent socket {path}: {source}")]
+    AgentIo {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The agent did not answer within the bound of one exchange.
+    #[error("agent did not answer {op} within {after:?}")]
+    AgentTimeout { op: &'static str, after: Duration },
+    /// The agent answered `{"ok":false,"error":...}`.
+    #[error("agent refused {op}: {error}")]
+    AgentRefused { op: &'static str, error: String },
+    /// The agent sent something that is not the documented protocol.
+    #[error("agent protocol: {0}")]
+    AgentProtocol(String),
+    /// The agent closed the connection.
+    #[error("agent closed the connection")]
+    AgentClosed,
+    /// The weights directory could not be resolved or digested.
+    #[error("weights at {path}: {message}")]
+    Weights { path: PathBuf, message: String },
+    /// A bad command line or environment.
+    #[error("{0}")]
+    Config(String),
+    /// Listening or serving HTTP failed.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The Kubernetes client failed.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
+
+/// Result with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Wraps an I/O error with what was being done.
+    pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        let context = context.into();
+        move |source| Error::Io { context, source }
+    }
+}

@@ -1,0 +1,291 @@
+//! `hcomm-worker`: the reference inference worker.
+//!
+//! ```text
+//! hcomm-worker [--pod NAME] [--namespace NS] [--listen IP:PORT] [--agent-socket PATH]
+//!              [--step-ms MS] [--role ROLE] [--max-tokens N] [--shutdown-grace DUR]
+//!              [--agent-timeout DUR]
+//! ```
+//! Environment fallbacks (downward API): `POD_NAME`, `POD_NAMESPACE`; listen address
+//! `HCOMM_WORKER_LISTEN`, else `$POD_IP:8080`, else `0.0.0.0:8080`; `HCOMM_AGENT_SOCKET`,
+//! else `/run/hcomm/agent.sock`.
+//!
+//! Modules: [`state`] (admission, counters, pinned weights), [`weights`] (pin and
+//! digest), [`link`] (agent session and in-flight reporter), [`http`] (the API).
+
+pub mod http;
+pub mod link;
+pub mod state;
+pub mod weights;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use link::LinkTiming;
+pub use state::{WorkerState, WorkerStats};
+
+use crate::agent_client::AgentClient;
+use crate::error::{Error, Result};
+use crate::flags::Flags;
+
+/// Default agent socket (the chart's `--socket`).
+pub const DEFAULT_AGENT_SOCKET: &str = "/run/hcomm/agent.sock";
+
+/// Usage text of `hcomm-worker`.
+pub const USAGE: &str = "usage: hcomm-worker [--pod NAME] [--namespace NS] [--listen IP:PORT] \
+[--agent-socket PATH] [--step-ms MS] [--role ROLE] [--max-tokens N] [--shutdown-grace DUR] \
+[--agent-timeout DUR]\n  env: POD_NAME, POD_NAMESPACE, POD_IP, HCOMM_WORKER_LISTEN, HCOMM_AGENT_SOCKET";
+
+/// The worker's configuration.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub pod: String,
+    pub namespace: Option<String>,
+    pub listen: SocketAddr,
+    pub agent_socket: PathBuf,
+    /// Time per generated token.
+    pub step: Duration,
+    pub role: String,
+    pub max_tokens: u32,
+    /// How long SIGTERM waits for requests in flight.
+    pub shutdown_grace: Duration,
+    /// Bound of one exchange with the agent.
+    pub agent_timeout: Duration,
+    pub timing: LinkTiming,
+}
+
+impl WorkerConfig {
+    /// A configuration with the documented defaults.
+    pub fn new(pod: impl Into<String>, listen: SocketAddr, agent_socket: PathBuf) -> Self {
+        WorkerConfig {
+            pod: pod.into(),
+            namespace: None,
+            listen,
+            agent_socket,
+            step: Duration::from_millis(20),
+            role: "generic".into(),
+            max_tokens: 4096,
+            shutdown_grace: Duration::from_secs(25),
+            agent_timeout: Duration::from_secs(2),
+            timing: LinkTiming::default(),
+        }
+    }
+
+    /// Parses flags with environment fallbacks; `Ok(None)` for `--help`.
+    pub fn from_args(args: &[String]) -> Result<Option<WorkerConfig>> {
+        let Some(mut f) = Flags::parse(args)? else {
+            return Ok(None);
+        };
+        let pod = f
+            .take_or_env("pod", "POD_NAME")
+            .ok_or_else(|| Error::Config("--pod (or POD_NAME) is required".into()))?;
+        let namespace = f.take_or_env("namespace", "POD_NAMESPACE");
+        let listen = match f.take("listen") {
+            Some(l) => l,
+            None => match std::env::var("HCOMM_WORKER_LISTEN")
+                .ok()
+                .filter(|v| !v.is_empty())
+            {
+                Some(l) => l,
+                None => default_listen(std::env::var("POD_IP").ok().as_deref()),
+            },
+        };
+        let listen: SocketAddr = listen
+            .parse()
+            .map_err(|e| Error::Config(format!("listen address {listen:?}: {e}")))?;
+        let socket = f
+            .take_or_env("agent-socket", "HCOMM_AGENT_SOCKET")
+            .unwrap_or_else(|| DEFAULT_AGENT_SOCKET.into());
+        let mut cfg = WorkerConfig::new(pod, listen, socket.into());
+        cfg.namespace = namespace;
+        if let Some(ms) = f.take_parsed::<u64>("step-ms")? {
+            cfg.step = Duration::from_millis(ms);
+        }
+        if let Some(role) = f.take("role") {
+            cfg.role = role;
+        }
+        if let Some(n) = f.take_parsed("max-tokens")? {
+            cfg.max_tokens = n;
+        }
+        if let Some(d) = f.take_duration("shutdown-grace")? {
+            cfg.shutdown_grace = d;
+        }
+        if let Some(d) = f.take_duration("agent-timeout")? {
+            cfg.agent_timeout = d;
+        }
+        f.finish()?;
+        Ok(Some(cfg))
+    }
+
+    fn agent(&self) -> AgentClient {
+        AgentClient {
+            socket: self.agent_socket.clone(),
+            pod: self.pod.clone(),
+            namespace: self.namespace.clone(),
+            timeout: self.agent_timeout,
+        }
+    }
+}
+
+/// `$POD_IP:8080` (brackets for IPv6), else all interfaces.
+fn default_listen(pod_ip: Option<&str>) -> String {
+    match pod_ip.filter(|ip| !ip.is_empty()) {
+        Some(ip) if ip.contains(':') => format!("[{ip}]:8080"),
+        Some(ip) => format!("{ip}:8080"),
+        None => "0.0.0.0:8080".into(),
+    }
+}
+
+/// A running worker: HTTP server plus agent link.
+pub struct Worker {
+    addr: SocketAddr,
+    state: Arc<WorkerState>,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<std::io::Result<()>>,
+    link: Vec<JoinHandle<()>>,
+    agent: AgentClient,
+    grace: Duration,
+}
+
+/// Binds the HTTP listener and starts serving and the agent link. Returns at once: the
+/// worker answers 503 `not ready` until the agent says the weights are in place.
+pub async fn start(cfg: WorkerConfig) -> Result<Worker> {
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .map_err(Error::io(format!("listen on {}", cfg.listen)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(Error::io("listener address"))?;
+    let state = WorkerState::new(cfg.pod.clone(), cfg.role.clone());
+    let agent = cfg.agent();
+    let link = vec![
+        tokio::spawn(link::run_session(
+            Arc::clone(&state),
+            agent.clone(),
+            cfg.timing.clone(),
+        )),
+        tokio::spawn(link::run_reporter(
+            Arc::clone(&state),
+            agent.clone(),
+            cfg.timing.clone(),
+        )),
+    ];
+    let app = http::router(http::Api {
+        state: Arc::clone(&state),
+        step: cfg.step,
+        max_tokens: cfg.max_tokens,
+    });
+    let (stop, mut stop_rx) = watch::channel(false);
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop_rx.wait_for(|s| *s).await;
+            })
+            .await
+    });
+    tracing::info!(%addr, pod = %cfg.pod, socket = %cfg.agent_socket.display(), "worker listening");
+    Ok(Worker {
+        addr,
+        state,
+        stop,
+        server,
+        link,
+        agent,
+        grace: cfg.shutdown_grace,
+    })
+}
+
+impl Worker {
+    /// The bound HTTP address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The shared state (counters, admission).
+    pub fn state(&self) -> &Arc<WorkerState> {
+        &self.state
+    }
+
+    /// SIGTERM behaviour: take no new work, stop accepting connections, let requests in
+    /// flight finish (at most the shutdown grace), tell the agent the final count, stop.
+    pub async fn shutdown(self) -> Result<()> {
+        self.state.request_drain();
+        let _ = self.stop.send(true);
+        let mut server = self.server;
+        let outcome = tokio::time::timeout(self.grace, &mut server).await;
+        let result = match outcome {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(Error::io("HTTP server")(e)),
+            Ok(Err(e)) => Err(Error::Config(format!("HTTP server task: {e}"))),
+            Err(_) => {
+                tracing::warn!(
+                    inflight = self.state.admission().inflight,
+                    grace = ?self.grace,
+                    "requests still in flight after the shutdown grace; stopping anyway"
+                );
+                server.abort();
+                Ok(())
+            }
+        };
+        // The reporter normally sent it already; this one is bounded and best effort.
+        let n = self.state.admission().inflight;
+        let final_report = async {
+            let mut conn = self.agent.connect().await?;
+            conn.report_inflight(n).await
+        };
+        if let Err(e) = final_report.await {
+            tracing::debug!(error = %e, n, "final in-flight report not delivered");
+        }
+        for task in self.link {
+            task.abort();
+        }
+        tracing::info!(served = self.state.stats().served, "worker stopped");
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listen_default_is_the_pod_ip() {
+        assert_eq!(default_listen(Some("10.0.0.7")), "10.0.0.7:8080");
+        assert_eq!(default_listen(Some("fd00::7")), "[fd00::7]:8080");
+        assert_eq!(default_listen(None), "0.0.0.0:8080");
+        assert_eq!(default_listen(Some("")), "0.0.0.0:8080");
+    }
+
+    #[test]
+    fn flags_override_the_defaults() {
+        let args: Vec<String> = [
+            "--pod",
+            "w-0",
+            "--namespace",
+            "ns",
+            "--listen",
+            "127.0.0.1:9000",
+            "--agent-socket",
+            "/tmp/a.sock",
+            "--step-ms",
+            "5",
+            "--role",
+            "decode",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let c = WorkerConfig::from_args(&args).unwrap().unwrap();
+        assert_eq!(c.pod, "w-0");
+        assert_eq!(c.namespace.as_deref(), Some("ns"));
+        assert_eq!(c.listen, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(c.agent_socket, PathBuf::from("/tmp/a.sock"));
+        assert_eq!(c.step, Duration::from_millis(5));
+        assert_eq!(c.role, "decode");
+    }
+}
