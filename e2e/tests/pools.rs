@@ -11,10 +11,15 @@
 //! 4. a host whose data NIC reaches nobody: its member is refused with the NIC message,
 //!    the pool stays healthy and the next host is used;
 //! 6. the operator is SIGKILLed mid scale-out and restarted: the scale-out completes;
-//! 9. scale up/down cycles leave no Pods, processes, communicators or fds behind.
+//! 9. scale up/down cycles leave no Pods, processes, communicators or fds behind;
+//! 7. (last) a serving host is cut off: its members are replaced elsewhere, traffic
+//!    continues. Last, because an agent whose host comes back is not yet proven to pick
+//!    up new members promptly (its API watch may sit on a dead connection).
 //!
 //! Needs root (network namespaces) and the cached control-plane binaries; skips with a
-//! message otherwise.
+//! message otherwise. The testbed runs the agent, operator, worker and router from
+//! `target/`: `cargo test --workspace` builds them all, but `cargo test -p hcomm-e2e`
+//! alone does not rebuild them — run `cargo build --workspace --bins` first.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -214,14 +219,11 @@ async fn run(bed: &mut Testbed) -> Result<()> {
     bed.wait_pool_ready(NS, "decode", 4, POOL_WAIT).await?;
     check_clean(&decode_load.latest(), "decode after the operator restart")?;
 
-    // 9. Cycles leave nothing behind.
+    // 9. Cycles leave nothing behind (measured after one warm-up cycle).
+    scale_cycle(bed).await?;
     let before = resources(bed).await?;
-    for cycle in 0..3 {
-        bed.scale("decode", 2)?;
-        bed.wait_pool_ready(NS, "decode", 2, POOL_WAIT).await?;
-        wait_members(bed, "decode", 2).await?;
-        bed.scale("decode", 4)?;
-        bed.wait_pool_ready(NS, "decode", 4, POOL_WAIT)
+    for cycle in 0..CYCLES {
+        scale_cycle(bed)
             .await
             .with_context(|| format!("cycle {cycle}"))?;
     }
@@ -230,6 +232,12 @@ async fn run(bed: &mut Testbed) -> Result<()> {
     ensure!(
         after.workers == before.workers,
         "worker processes: {before:?} → {after:?}"
+    );
+    ensure!(
+        after.communicators == before.communicators,
+        "communicators open per host: {:?} → {:?}",
+        before.communicators,
+        after.communicators
     );
     for (who, b) in &before.procs {
         let a = after.procs.get(who).context("process gone")?;
@@ -253,6 +261,51 @@ async fn run(bed: &mut Testbed) -> Result<()> {
         );
     }
 
+    // 7. A serving host is cut off: the other members' probes find it down, the operator
+    //    replaces its members elsewhere, traffic continues on the others.
+    let serving = bed.members(NS, "decode").await?;
+    let prefill_nodes: Vec<String> = prefill.iter().map(|m| m.node.clone()).collect();
+    let victim_node = serving
+        .iter()
+        .map(|m| m.node.clone())
+        .find(|n| !prefill_nodes.contains(n))
+        .context("a decode-only host")?;
+    let victim_host: usize = victim_node.trim_start_matches("host-").parse()?;
+    let t = Instant::now();
+    bed.hosts().cut_all(victim_host)?;
+    let replaced = bed.wait_pool_ready(NS, "decode", 4, POOL_WAIT).await;
+    let replaced = match replaced {
+        Ok(r) if r.iter().all(|m| m.node != victim_node) => r,
+        _ => {
+            let deadline = Instant::now() + POOL_WAIT;
+            loop {
+                let m = bed.wait_pool_ready(NS, "decode", 4, POOL_WAIT).await?;
+                if m.iter().all(|m| m.node != victim_node) {
+                    break m;
+                }
+                ensure!(
+                    Instant::now() < deadline,
+                    "members on {victim_node} never replaced: {m:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    eprintln!(
+        "scenario 7: {victim_node} cut off; members replaced within {:?}: {replaced:?}",
+        t.elapsed()
+    );
+    let group = groups.get("decode").await?;
+    let links = group.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == "LinksHealthy")
+            .cloned()
+    });
+    eprintln!("scenario 7: LinksHealthy now {links:?}");
+    bed.hosts().restore_all(victim_host)?;
+    check_clean(&decode_load.latest(), "decode after a host was cut off")?;
+
     let decode_stats = decode_load.stop().await?;
     let prefill_stats = prefill_load.stop().await?;
     check_clean(&decode_stats, "decode, whole run")?;
@@ -274,6 +327,19 @@ fn check_clean(s: &LoadStats, when: &str) -> Result<()> {
         s.mixed_digest_members,
         s.refused_not_ready
     );
+    Ok(())
+}
+
+/// Scale-up/down cycles for scenario 9.
+const CYCLES: usize = 30;
+
+/// decode 4 → 2 → 4, waiting for each to settle.
+async fn scale_cycle(bed: &Testbed) -> Result<()> {
+    bed.scale("decode", 2)?;
+    bed.wait_pool_ready(NS, "decode", 2, POOL_WAIT).await?;
+    wait_members(bed, "decode", 2).await?;
+    bed.scale("decode", 4)?;
+    bed.wait_pool_ready(NS, "decode", 4, POOL_WAIT).await?;
     Ok(())
 }
 
@@ -338,6 +404,8 @@ struct ProcUsage {
 #[derive(Debug)]
 struct Resources {
     workers: usize,
+    /// `hcomm_agent_communicators_open` per host (created − destroyed).
+    communicators: Vec<f64>,
     procs: BTreeMap<String, ProcUsage>,
 }
 
@@ -350,8 +418,26 @@ async fn resources(bed: &Testbed) -> Result<Resources> {
     for (who, pid) in pids {
         procs.insert(who, usage(pid)?);
     }
+    let mut communicators = Vec::new();
+    for i in 0..bed.hosts().len() {
+        let text = bed.agent_metrics(i)?;
+        let value = |name: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+                .unwrap_or(f64::NAN)
+        };
+        let open = value("hcomm_agent_communicators_open ");
+        let created = value("hcomm_agent_communicators_created_total ");
+        let destroyed = value("hcomm_agent_communicators_destroyed_total ");
+        ensure!(
+            created - destroyed == open,
+            "host-{i}: created {created} − destroyed {destroyed} ≠ open {open}"
+        );
+        communicators.push(open);
+    }
     Ok(Resources {
         workers: bed.workers().len(),
+        communicators,
         procs,
     })
 }

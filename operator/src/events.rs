@@ -75,6 +75,7 @@ pub fn for_round(
             RemovalReason::Drained => "drained",
             RemovalReason::DrainTimedOut => "drain timed out",
             RemovalReason::NotServing => "never served",
+            RemovalReason::Unreachable => "its node is unreachable",
         };
         notes.push(note(
             false,

@@ -569,3 +569,116 @@ mod tests {
         assert!(!carries_traffic(MemberPhase::Failed));
     }
 }
+
+impl LinkReport {
+    /// Nodes the data network has lost, each with why: every other member node that
+    /// probed it recently found it down and none reached it, and the fault is its own —
+    /// some other node is still reachable, or the node's own (older) results still call
+    /// its links up, i.e. its agent has gone silent. A split with no side to blame (two
+    /// nodes that each report the other down) names nobody: the condition shows it, but
+    /// replacing members on a guess would move healthy ones.
+    pub fn isolated_nodes(&self) -> BTreeMap<String, String> {
+        let inbound =
+            |node: &str| -> Vec<&Link> { self.links.iter().filter(|l| l.to == node).collect() };
+        let suspect = |node: &str| {
+            let links = inbound(node);
+            links.iter().any(|l| l.state == LinkState::Down)
+                && !links
+                    .iter()
+                    .any(|l| matches!(l.state, LinkState::Up | LinkState::Slow))
+        };
+        let outbound_all_down = |node: &str| {
+            self.links
+                .iter()
+                .filter(|l| l.from == node)
+                .all(|l| l.state == LinkState::Down)
+        };
+        let some_node_fine = |node: &str| self.nodes.iter().any(|n| n != node && !suspect(n));
+        self.nodes
+            .iter()
+            .filter(|n| suspect(n) && (some_node_fine(n) || !outbound_all_down(n)))
+            .map(|n| {
+                let seen_by: Vec<String> = inbound(n)
+                    .into_iter()
+                    .filter(|l| l.state == LinkState::Down)
+                    .map(|l| l.from.clone())
+                    .collect();
+                let why = format!(
+                    "node {n} is unreachable over the data network from {}",
+                    seen_by.join(", ")
+                );
+                (n.clone(), why)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod isolation_tests {
+    use super::*;
+
+    fn report(nodes: &[&str], links: &[(&str, &str, LinkState)]) -> LinkReport {
+        LinkReport {
+            nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
+            links: links
+                .iter()
+                .map(|(from, to, state)| Link {
+                    from: (*from).into(),
+                    to: (*to).into(),
+                    address: None,
+                    state: state.clone(),
+                    probed_at: None,
+                    latency_micros: None,
+                    error: None,
+                })
+                .collect(),
+            ..LinkReport::default()
+        }
+    }
+
+    use LinkState::{Down, NeverProbed, Up};
+
+    #[test]
+    fn a_silent_node_that_everyone_finds_down_is_isolated() {
+        // n2 is cut off entirely: its agent's last results still say up.
+        let r = report(&["n1", "n2"], &[("n1", "n2", Down), ("n2", "n1", Up)]);
+        let isolated = r.isolated_nodes();
+        assert_eq!(isolated.keys().collect::<Vec<_>>(), ["n2"]);
+        assert!(isolated["n2"].contains("from n1"), "{isolated:?}");
+    }
+
+    #[test]
+    fn a_node_whose_data_link_is_cut_is_blamed_when_the_others_still_reach_each_other() {
+        let r = report(
+            &["n1", "n2", "n3"],
+            &[
+                ("n1", "n2", Up),
+                ("n1", "n3", Down),
+                ("n2", "n1", Up),
+                ("n2", "n3", Down),
+                ("n3", "n1", Down),
+                ("n3", "n2", Down),
+            ],
+        );
+        assert_eq!(r.isolated_nodes().keys().collect::<Vec<_>>(), ["n3"]);
+    }
+
+    #[test]
+    fn a_split_with_no_side_to_blame_or_no_evidence_names_nobody() {
+        let split = report(&["n1", "n2"], &[("n1", "n2", Down), ("n2", "n1", Down)]);
+        assert!(split.isolated_nodes().is_empty());
+        let fresh = report(
+            &["n1", "n2"],
+            &[("n1", "n2", NeverProbed), ("n2", "n1", Up)],
+        );
+        assert!(fresh.isolated_nodes().is_empty());
+        let mixed = report(
+            &["n1", "n2", "n3"],
+            &[("n1", "n3", Down), ("n2", "n3", Up), ("n3", "n1", Up)],
+        );
+        assert!(
+            mixed.isolated_nodes().is_empty(),
+            "one peer still reaches n3"
+        );
+    }
+}

@@ -48,6 +48,9 @@ pub struct ObservedMember {
     pub drained: bool,
     /// The readiness gate `hcomm.io/member-ready` is True.
     pub serving: bool,
+    /// Its node is lost to the data network (from the other members' link probes; set by
+    /// the reconciler, not derived from the Pod).
+    pub unreachable: bool,
     /// The Pod has a deletion timestamp.
     pub deleting: bool,
     /// The Pod phase is Running.
@@ -110,6 +113,7 @@ pub fn observe(pod: &Pod) -> Option<ObservedMember> {
         drain_requested_at,
         drained: status_of(conditions, POD_DRAINED) == Some("True"),
         serving: status_of(conditions, POD_MEMBER_READY) == Some("True"),
+        unreachable: false,
         deleting: meta.deletion_timestamp.is_some(),
         running,
         created_at: meta.creation_timestamp.as_ref().map(|t| t.0),

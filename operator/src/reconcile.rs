@@ -59,8 +59,9 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
         add_finalizer(ctx, group).await?;
     }
     let placement = ctx.placement.lock().await;
-    let observed = observe::fetch(ctx, group).await?;
+    let mut observed = observe::fetch(ctx, group).await?;
     let now = Timestamp::now();
+    fail_isolated_members(&mut observed, ctx.links, now);
     let invalid = validate(group).err();
     let input = plan_input(group, &observed, invalid.is_some() && !deleting, now);
     let plan = planner::plan(&input);
@@ -111,6 +112,31 @@ pub fn link_report(
         .filter_map(|m| m.node.clone())
         .collect();
     links::assess(&nodes, &observed.nodes, &observed.link_tests, policy, now)
+}
+
+/// Members on a node the data network has lost ([`LinkReport::isolated_nodes`]) cannot
+/// take part in a collective; they count as failed, so the plan replaces them elsewhere
+/// while the others keep serving.
+pub fn fail_isolated_members(observed: &mut Observed, policy: links::LinkPolicy, now: Timestamp) {
+    let nodes = observed
+        .members
+        .iter()
+        .filter(|m| links::carries_traffic(m.phase))
+        .filter_map(|m| m.node.clone())
+        .collect();
+    let report = links::assess(&nodes, &observed.nodes, &observed.link_tests, policy, now);
+    let isolated = report.isolated_nodes();
+    for m in &mut observed.members {
+        if let Some(why) = m.node.as_ref().and_then(|n| isolated.get(n))
+            && !m.failed
+            && links::carries_traffic(m.phase)
+        {
+            tracing::warn!(member = %m.name, reason = %why, "member on an isolated node counts as failed");
+            m.failed = true;
+            m.unreachable = true;
+            m.message = Some(why.clone());
+        }
+    }
 }
 
 /// Checks what the schema cannot: subgroup sizes.

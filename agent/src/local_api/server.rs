@@ -180,11 +180,24 @@ async fn connection(stream: UnixStream, hub: Hub) -> std::io::Result<()> {
                 if let Some(deadline) = drain {
                     write_line(&mut w, &Notice::DrainRequested { deadline }).await?;
                 }
+                // Until the member goes or the worker hangs up. A watch can stay quiet for
+                // hours, so the worker's side is read too: without that, a worker that
+                // exits between notices would leave this connection (and its fd) open
+                // for the member's whole life.
+                let mut scratch = [0u8; 256];
                 loop {
-                    match rx.recv().await {
-                        Ok(n) => write_line(&mut w, &n).await?,
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(_) => return Ok(()),
+                    tokio::select! {
+                        notice = rx.recv() => match notice {
+                            Ok(n) => write_line(&mut w, &n).await?,
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                            Err(_) => return Ok(()),
+                        },
+                        read = reader.read(&mut scratch) => {
+                            // Nothing more is expected on a watch; EOF or an error ends it.
+                            if read? == 0 {
+                                return Ok(());
+                            }
+                        }
                     }
                 }
             }
@@ -273,6 +286,35 @@ mod tests {
             line.trim(),
             r#"{"event":"drain_requested","deadline":null}"#
         );
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[tokio::test]
+    async fn a_watch_ends_when_its_worker_hangs_up_even_if_nothing_is_notified() {
+        let path = socket_path("hangup");
+        let hub = Hub::default();
+        let slot = hub.slot("ns/w-2");
+        let l = bind(&path).unwrap();
+        let (_stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(serve(l, hub.clone(), Access::default(), async {
+            let _ = stop_rx.await;
+        }));
+        let (mut r, mut w) = client(&path).await;
+        assert_eq!(
+            ask(&mut r, &mut w, r#"{"op":"watch","pod":"w-2"}"#).await["ok"],
+            true
+        );
+        // The connection holds the slot while it watches: here, the hub and this test.
+        assert_eq!(Arc::strong_count(&slot), 3);
+        drop((r, w));
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while Arc::strong_count(&slot) > 2 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the watch outlived its worker"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
         let _ = std::fs::remove_file(&path);
     }
 

@@ -78,6 +78,10 @@ pub struct ControlPlaneOptions {
     pub state_dir: Option<PathBuf>,
     /// Deadline for each component to become healthy. Default 60 s.
     pub start_timeout: Duration,
+    /// The Pod CIDR kwok hands addresses out of. Default 10.244.0.0/16; two control
+    /// planes whose Pod addresses are routed on one machine (two testbeds) need distinct
+    /// ones.
+    pub pod_cidr: Option<String>,
 }
 
 impl Default for ControlPlaneOptions {
@@ -88,6 +92,7 @@ impl Default for ControlPlaneOptions {
             kwok: None,
             state_dir: None,
             start_timeout: Duration::from_secs(60),
+            pod_cidr: None,
         }
     }
 }

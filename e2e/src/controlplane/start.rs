@@ -173,7 +173,8 @@ pub(super) async fn start(options: ControlPlaneOptions) -> Result<ControlPlane> 
         cp.wait_for_default_service_account(timeout).await?;
     }
     if let Some(kwok) = cp.binaries.kwok.clone() {
-        start_kwok(&mut cp, &kwok, kwok_port, timeout).await?;
+        let cidr = options.pod_cidr.as_deref().unwrap_or(POD_CIDR);
+        start_kwok(&mut cp, &kwok, kwok_port, cidr, timeout).await?;
     }
     info!(server = %cp.server, kubeconfig = %cp.kubeconfig_path.display(), "control plane ready");
     Ok(cp)
@@ -272,6 +273,7 @@ async fn start_kwok(
     cp: &mut ControlPlane,
     kwok: &Path,
     port: u16,
+    pod_cidr: &str,
     timeout: std::time::Duration,
 ) -> Result<()> {
     let home = cp.state_dir.join("kwok");
@@ -286,7 +288,7 @@ async fn start_kwok(
         format!("--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}={KWOK_NODE_VALUE}"),
         // Nodes stay Ready through their Lease, renewed by kwok.
         "--node-lease-duration-seconds=40".to_owned(),
-        format!("--cidr={POD_CIDR}"),
+        format!("--cidr={pod_cidr}"),
         format!("--server-address=127.0.0.1:{port}"),
     ];
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));

@@ -93,7 +93,10 @@ impl Testbed {
             .args(["--namespace", &options.namespace])
             .args(["--concurrency", &options.concurrency.to_string()])
             .args(["--tokens", &options.tokens.to_string()])
-            .args(["--progress", "500ms", "--progress-format", "json"]);
+            .args(["--progress", "500ms", "--progress-format", "json"])
+            // A member whose host vanishes never answers; move on after 2 s (each
+            // request takes tokens × step-ms, well under a second).
+            .args(["--attempt-timeout", "2s"]);
         if !options.expect_digests.is_empty() {
             cmd.args(["--expect-digest", &options.expect_digests.join(",")]);
         }

@@ -85,6 +85,7 @@ pub struct Testbed {
 const PROBE_PORT: u16 = 7510;
 const WEIGHTS_PORT: u16 = 7512;
 const COMM_PORT_BASE: u16 = 7600;
+const METRICS_PORT: u16 = 7511;
 
 impl Testbed {
     /// Builds hosts, control plane, chart, agents, operator and kubelet, and waits until
@@ -112,6 +113,14 @@ impl Testbed {
             },
             controllers: true,
             kwok: Some(true),
+            // Pod addresses are routed in the root namespace: one /16 per testbed, from
+            // its hosts' subnet (unique on the machine), so two never collide.
+            // Loopback hosts: 127/8 addresses bind without any setup.
+            pod_cidr: Some(if hosts.is_isolated() {
+                format!("10.{}.0.0/16", 100 + hosts.subnets().data.octets()[2] % 150)
+            } else {
+                "127.100.0.0/16".to_owned()
+            }),
             ..Default::default()
         })
         .await?;
@@ -233,6 +242,31 @@ impl Testbed {
             .unwrap_or_default()
     }
 
+    /// Host `i`'s agent metrics (Prometheus text), fetched over the management network.
+    pub fn agent_metrics(&self, i: usize) -> Result<String> {
+        use std::io::{Read as _, Write as _};
+        let h = self.hosts.host(i)?;
+        let addr = std::net::SocketAddr::from((h.mgmt_ip(), METRICS_PORT));
+        let what = format!("GET http://{addr}/metrics");
+        let timeout = Duration::from_secs(5);
+        let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout)
+            .map_err(Error::io(what.clone()))?;
+        stream
+            .set_read_timeout(Some(timeout))
+            .map_err(Error::io(what.clone()))?;
+        stream
+            .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .map_err(Error::io(what.clone()))?;
+        let mut body = String::new();
+        stream
+            .read_to_string(&mut body)
+            .map_err(Error::io(what.clone()))?;
+        Ok(body
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or(body))
+    }
+
     /// The pid of host `i`'s agent, if running.
     pub fn agent_pid(&self, i: usize) -> Option<u32> {
         self.agents.get(i)?.as_ref().map(|p| p.id())
@@ -306,7 +340,7 @@ impl Testbed {
             .args(["--management-interface", h.mgmt_interface()])
             .args(["--cpu-devices", &self.options.devices_per_host.to_string()])
             .args(["--socket", &socket.display().to_string()])
-            .args(["--metrics-addr", "127.0.0.1:0"])
+            .args(["--metrics-addr", &format!("{}:{METRICS_PORT}", h.mgmt_ip())])
             .args(["--probe-port", &PROBE_PORT.to_string()])
             .args(["--weights-port", &WEIGHTS_PORT.to_string()])
             .args(["--comm-port-base", &COMM_PORT_BASE.to_string()])

@@ -348,3 +348,39 @@ async fn the_proxy_forwards_with_the_same_retry_rule() {
     assert_eq!(r.status, 503);
     assert_eq!(r.headers["x-hcomm-attempts"], "0");
 }
+
+/// A member whose host vanished mid-request: it accepted the connection and never answers.
+async fn silent(pod: &str) -> Endpoint {
+    let app = Router::new().route(
+        "/generate",
+        post(|| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            StatusCode::OK
+        }),
+    );
+    spawn(app, pod).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_that_never_answers_moves_on_after_the_attempt_timeout() {
+    let eps = vec![silent("gone").await, serving("b", |_| Some(D1)).await];
+    let mut d = dispatcher(eps, 3);
+    d.attempt_timeout = Some(Duration::from_millis(300));
+    let report = finish(load::start(d, config(2, 10), AllowedDigests::any())).await;
+    let s = &report.stats;
+    assert_eq!((s.served, s.failed), (10, 0), "{s:?}");
+    assert!(
+        s.by_pod["gone"].errors > 0,
+        "the silent member was tried: {s:?}"
+    );
+    for r in report.records.iter().filter(|r| r.attempts > 1) {
+        assert!(r.latency_ms < 2000.0, "moved on after ~300 ms: {r:?}");
+    }
+    // Without an attempt timeout the request waits out its whole deadline there.
+    let eps = vec![silent("gone").await];
+    let mut cfg = config(1, 1);
+    cfg.request_timeout = Duration::from_millis(500);
+    let report = finish(load::start(dispatcher(eps, 3), cfg, AllowedDigests::any())).await;
+    assert_eq!(report.stats.failed, 1);
+    assert_eq!(report.records[0].attempts, 1);
+}

@@ -226,7 +226,7 @@ async fn the_worker_serves_only_loaded_pinned_weights_reports_inflight_and_drain
     // Drain: no new work, the request in flight finishes, the agent hears 0.
     let long = {
         let (http, ep) = (http.clone(), ep.clone());
-        tokio::spawn(async move { generate(&http, &ep, 200).await })
+        tokio::spawn(async move { generate(&http, &ep, 500).await })
     };
     inflight_reaches(&mut inflight, 1).await;
     hub.notify("default/w-0", Notice::DrainRequested { deadline: None });

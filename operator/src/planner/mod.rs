@@ -86,6 +86,9 @@ pub enum RemovalReason {
     DrainTimedOut,
     /// The member never served (not running, or failed): nothing to drain.
     NotServing,
+    /// The member's node is lost to the data network: its agent cannot drain it and its
+    /// clients cannot reach it, so waiting for the drain would only delay the replacement.
+    Unreachable,
 }
 
 /// A member Pod to delete.
@@ -305,6 +308,8 @@ fn removals(input: &PlanInput) -> (Vec<Removal>, Option<SignedDuration>) {
         }
         let reason = if member.drained {
             Some(RemovalReason::Drained)
+        } else if member.unreachable {
+            Some(RemovalReason::Unreachable)
         } else if !member.serving && (member.failed || !member.running) {
             Some(RemovalReason::NotServing)
         } else {

@@ -94,6 +94,7 @@ impl World {
                 drain_requested_at: None,
                 drained: false,
                 serving: false,
+                unreachable: false,
                 deleting: false,
                 running: false,
                 created_at: Some(self.now),
@@ -372,4 +373,18 @@ fn random_scaling_keeps_every_invariant_and_converges() {
         let p = plan(&world.input(&d));
         assert!(!p.changed, "seed {seed} is stable");
     }
+}
+
+#[test]
+fn a_member_on_an_unreachable_node_is_deleted_without_waiting_for_its_drain() {
+    let mut world = World::new(vec![node("a", "s0", 2), node("b", "s0", 2)]);
+    world.apply(&plan(&world.input(&desired(1, 1))));
+    let m = &mut world.members[0];
+    (m.running, m.serving, m.failed, m.unreachable) = (true, true, true, true);
+    let replace = plan(&world.input(&desired(1, 1)));
+    assert_eq!(replace.drain, vec!["g-0-e1".to_owned()]);
+    world.apply(&replace);
+    // Its agent cannot answer the drain; the deletion does not wait for the timeout.
+    let next = plan(&world.input(&desired(1, 1)));
+    assert_eq!(next.delete[0].reason, RemovalReason::Unreachable);
 }

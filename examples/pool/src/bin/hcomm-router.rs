@@ -2,10 +2,10 @@
 //!
 //! ```text
 //! hcomm-router serve --service SVC [--namespace NS] [--listen 0.0.0.0:8000]
-//!     [--max-attempts 3] [--request-timeout 10s] [--connect-timeout 1s]
+//!     [--max-attempts 3] [--request-timeout 10s] [--connect-timeout 1s] [--attempt-timeout T]
 //! hcomm-router load --service SVC [--namespace NS] [--concurrency 8] [--rate REQ_PER_S]
 //!     [--duration 30s] [--requests N] [--tokens 16] [--expect-digest sha256:...[,sha256:...]]
-//!     [--max-attempts 3] [--request-timeout 10s] [--connect-timeout 1s]
+//!     [--max-attempts 3] [--request-timeout 10s] [--connect-timeout 1s] [--attempt-timeout T]
 //!     [--wait-ready 30s] [--progress 1s] [--progress-format text|json] [--records FILE.jsonl]
 //! ```
 //! Without `--duration` or `--requests`, `load` runs until SIGINT or SIGTERM.
@@ -24,9 +24,9 @@ use hcomm_examples::proxy::{self, Proxy};
 use hcomm_examples::router::{self, Balancer, Dispatcher, HttpClient};
 
 const USAGE: &str = "usage:\n  hcomm-router serve --service SVC [--namespace NS] [--listen 0.0.0.0:8000] \
-[--max-attempts 3] [--request-timeout 10s] [--connect-timeout 1s]\n  hcomm-router load --service SVC \
+[--max-attempts 3] [--request-timeout 10s] [--connect-timeout 1s] [--attempt-timeout T]\n  hcomm-router load --service SVC \
 [--namespace NS] [--concurrency 8] [--rate REQ_PER_S] [--duration 30s] [--requests N] [--tokens 16] \
-[--expect-digest sha256:..[,..]] [--max-attempts 3] [--request-timeout 10s] [--connect-timeout 1s] \
+[--expect-digest sha256:..[,..]] [--max-attempts 3] [--request-timeout 10s] [--connect-timeout 1s] [--attempt-timeout T] \
 [--wait-ready 30s] [--progress 1s] [--progress-format text|json] [--records FILE.jsonl]\n\
 load runs until --duration, --requests, SIGINT or SIGTERM, then prints the final JSON stats line.";
 
@@ -37,6 +37,7 @@ struct Common {
     max_attempts: u32,
     request_timeout: Duration,
     connect_timeout: Duration,
+    attempt_timeout: Option<Duration>,
 }
 
 impl Common {
@@ -51,6 +52,7 @@ impl Common {
             connect_timeout: f
                 .take_duration("connect-timeout")?
                 .unwrap_or(Duration::from_secs(1)),
+            attempt_timeout: f.take_duration("attempt-timeout")?,
         })
     }
 
@@ -64,11 +66,12 @@ impl Common {
             .clone()
             .unwrap_or_else(|| client.default_namespace().to_owned());
         let follower = router::follow(client, &ns, &self.service);
-        let dispatcher = Dispatcher::new(
+        let mut dispatcher = Dispatcher::new(
             Balancer::new(follower.endpoints()),
             HttpClient::new(self.connect_timeout),
             self.max_attempts,
         );
+        dispatcher.attempt_timeout = self.attempt_timeout;
         tracing::info!(service = %self.service, namespace = %ns, "following EndpointSlices");
         Ok((follower, dispatcher))
     }

@@ -65,6 +65,10 @@ pub struct Dispatcher {
     pub retry_backoff: Duration,
     /// Path requests are sent to.
     pub path: String,
+    /// Longest one attempt may take (as Envoy's per-try timeout): a member whose host
+    /// vanished mid-request never answers, and the request should move on to another
+    /// member rather than spend its whole deadline there. `None`: the deadline only.
+    pub attempt_timeout: Option<Duration>,
 }
 
 impl Dispatcher {
@@ -75,6 +79,7 @@ impl Dispatcher {
             max_attempts: max_attempts.max(1),
             retry_backoff: Duration::from_millis(10),
             path: "/generate".into(),
+            attempt_timeout: None,
         }
     }
 
@@ -108,9 +113,11 @@ impl Dispatcher {
                 continue;
             };
             let ep = pick.endpoint.clone();
+            let left = deadline - now;
+            let budget = self.attempt_timeout.map_or(left, |t| t.min(left));
             let result = self
                 .client
-                .post_json(&ep, &self.path, body.clone(), deadline - now)
+                .post_json(&ep, &self.path, body.clone(), budget)
                 .await;
             drop(pick);
             let latency_ms = now.elapsed().as_secs_f64() * 1000.0;
@@ -151,7 +158,7 @@ impl Dispatcher {
                         error: None,
                     };
                 }
-                Err(e @ AttemptError::Timeout(_)) => {
+                Err(e @ AttemptError::Timeout(_)) if budget >= left => {
                     attempt.error = Some(e.to_string());
                     attempts.push(attempt);
                     error = Some("deadline exceeded".to_owned());
