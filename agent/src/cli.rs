@@ -4,6 +4,7 @@
 //! ```text
 //! hcomm-agent run --node-name NODE (--probe-secret-file F | --insecure-default-secret)
 //!     [--data-address IP] [--management-interface IF] [--socket-ifname S]
+//!     [--worker-ready-timeout-secs S]
 //!     [--cpu-devices N] [--socket PATH] [--allowed-uid UID]... [--metrics-addr ADDR]
 //!     [--probe-port P] [--comm-port-base P] [--group-secret-dir D]
 //!     [--poll-interval-ms MS] [--health-interval-secs S] [--inventory-interval-secs S]
@@ -278,6 +279,9 @@ fn run_args(mut f: Flags) -> Result<AgentConfig> {
     c.data_address = f.parsed("data-address")?;
     c.management_interface = f.one("management-interface");
     c.socket_ifname = f.one("socket-ifname");
+    if let Some(s) = f.parsed::<f64>("worker-ready-timeout-secs")? {
+        c.worker_ready_timeout = Duration::from_secs_f64(s.max(0.1));
+    }
     c.sources.cpu_devices = f.parsed("cpu-devices")?;
     if let Some(p) = f.one("socket") {
         c.socket_path = p.into();

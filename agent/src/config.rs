@@ -25,6 +25,9 @@ pub struct AgentConfig {
     /// The node's address on the data network, if configured.
     pub data_address: Option<IpAddr>,
     pub management_interface: Option<String>,
+    /// How long a member waits for its worker's `serving` report (Pods annotated
+    /// `hcomm.io/worker-readiness: local-api`) before its join counts as failed.
+    pub worker_ready_timeout: Duration,
     /// The node's default data-interface choice (HCCL_SOCKET_IFNAME syntax), used when
     /// neither the group (`spec.comm.socketIfname`) nor the worker's environment sets one.
     pub socket_ifname: Option<String>,
@@ -72,6 +75,7 @@ impl AgentConfig {
             data_address: None,
             management_interface: None,
             socket_ifname: None,
+            worker_ready_timeout: Duration::from_secs(600),
             topology: TopologyLabels::default(),
             sources: InventorySources::default(),
             socket_path: "/run/hcomm/agent.sock".into(),

@@ -28,6 +28,15 @@ pub const ANNOTATION_DRAIN_REQUESTED: &str = "hcomm.io/drain-requested";
 /// Annotation on a member Pod: the physical device ids assigned to it, comma separated,
 /// in local-rank order (the agent verifies the devices it sees against it).
 pub const ANNOTATION_DEVICES: &str = "hcomm.io/devices";
+/// Annotation on a member Pod: the `spec.weights.digest` it was created for. A member whose
+/// digest differs from the group's is replaced by a rolling update.
+pub const ANNOTATION_WEIGHTS_DIGEST: &str = "hcomm.io/weights-digest";
+/// Annotation on a member Pod (set it in the group's template): `local-api` makes the agent
+/// hold the readiness gate until the worker says over the local API that it serves (its
+/// weights are loaded) — the role a container readiness probe plays with a kubelet.
+pub const ANNOTATION_WORKER_READINESS: &str = "hcomm.io/worker-readiness";
+/// The value of [`ANNOTATION_WORKER_READINESS`] that makes the agent wait.
+pub const WORKER_READINESS_LOCAL_API: &str = "local-api";
 
 /// Pod condition (agent): the data NIC, links, device mapping, versions and shared memory
 /// were verified.

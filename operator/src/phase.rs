@@ -6,8 +6,9 @@
 
 use hcomm_crds::MemberPhase;
 use hcomm_crds::contract::{
-    ANNOTATION_DEVICES, ANNOTATION_DRAIN_REQUESTED, LABEL_EPOCH, LABEL_MEMBER_INDEX, POD_DRAINED,
-    POD_JOINED, POD_MEMBER_READY, POD_VERIFIED, POD_WEIGHTS_SYNCED,
+    ANNOTATION_DEVICES, ANNOTATION_DRAIN_REQUESTED, ANNOTATION_WEIGHTS_DIGEST, LABEL_EPOCH,
+    LABEL_MEMBER_INDEX, POD_DRAINED, POD_JOINED, POD_MEMBER_READY, POD_VERIFIED,
+    POD_WEIGHTS_SYNCED,
 };
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::jiff::Timestamp;
@@ -48,6 +49,8 @@ pub struct ObservedMember {
     pub drained: bool,
     /// The readiness gate `hcomm.io/member-ready` is True.
     pub serving: bool,
+    /// The weights digest it was created for (annotation `hcomm.io/weights-digest`).
+    pub weights_digest: Option<String>,
     /// Its node is lost to the data network (from the other members' link probes; set by
     /// the reconciler, not derived from the Pod).
     pub unreachable: bool,
@@ -113,6 +116,7 @@ pub fn observe(pod: &Pod) -> Option<ObservedMember> {
         drain_requested_at,
         drained: status_of(conditions, POD_DRAINED) == Some("True"),
         serving: status_of(conditions, POD_MEMBER_READY) == Some("True"),
+        weights_digest: annotations.get(ANNOTATION_WEIGHTS_DIGEST).cloned(),
         unreachable: false,
         deleting: meta.deletion_timestamp.is_some(),
         running,

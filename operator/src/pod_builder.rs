@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use hcomm_crds::HcommGroup;
 use hcomm_crds::contract::{
-    ANNOTATION_DEVICES, LABEL_EPOCH, LABEL_GROUP, LABEL_MANAGED_BY, LABEL_MEMBER_INDEX, LABEL_RANK,
-    LABEL_ROLE, MANAGER_NAME, READINESS_GATE,
+    ANNOTATION_DEVICES, ANNOTATION_WEIGHTS_DIGEST, LABEL_EPOCH, LABEL_GROUP, LABEL_MANAGED_BY,
+    LABEL_MEMBER_INDEX, LABEL_RANK, LABEL_ROLE, MANAGER_NAME, READINESS_GATE,
 };
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, EnvVar, Pod, PodReadinessGate, PodSpec, Volume, VolumeMount,
@@ -57,6 +57,9 @@ pub fn build(group: &HcommGroup, member: &PlannedMember, epoch: i64, world_size:
     let devices = join(&member.devices);
     let mut annotations = template_meta.annotations.unwrap_or_default();
     annotations.insert(ANNOTATION_DEVICES.into(), devices.clone());
+    if let Some(w) = &spec_.weights {
+        annotations.insert(ANNOTATION_WEIGHTS_DIGEST.into(), w.digest.clone());
+    }
 
     let mut env = vec![
         var("HCOMM_GROUP", &name),

@@ -127,9 +127,20 @@ pub fn fail_isolated_members(observed: &mut Observed, policy: links::LinkPolicy,
     let report = links::assess(&nodes, &observed.nodes, &observed.link_tests, policy, now);
     let isolated = report.isolated_nodes();
     for m in &mut observed.members {
-        if let Some(why) = m.node.as_ref().and_then(|n| isolated.get(n))
+        // Evidence must postdate the member: a link found down before the member was
+        // created (e.g. while its node was cut earlier and not probed again since) says
+        // nothing about it.
+        let after_creation = |node: &str| {
+            report
+                .links
+                .iter()
+                .filter(|l| l.to == node && l.state == links::LinkState::Down)
+                .all(|l| matches!((l.probed_at, m.created_at), (Some(p), Some(c)) if p > c))
+        };
+        if let Some((node, why)) = m.node.as_ref().and_then(|n| isolated.get_key_value(n))
             && !m.failed
             && links::carries_traffic(m.phase)
+            && after_creation(node)
         {
             tracing::warn!(member = %m.name, reason = %why, "member on an isolated node counts as failed");
             m.failed = true;
@@ -178,6 +189,7 @@ pub fn plan_input(
             max_unavailable: spec.scaling.max_unavailable,
             drain_timeout: SignedDuration::from_secs(spec.scaling.drain_timeout_seconds.into()),
             deleting: group.meta().deletion_timestamp.is_some(),
+            weights_digest: spec.weights.as_ref().map(|w| w.digest.clone()),
         },
         members: observed.members.clone(),
         nodes: observed.nodes.clone(),

@@ -16,6 +16,8 @@ pub struct Slot {
     pub weights: watch::Sender<Option<Option<String>>>,
     pub drain: watch::Sender<Option<Option<String>>>,
     pub notices: broadcast::Sender<Notice>,
+    /// The worker said it serves (`serving`).
+    pub serving: watch::Sender<bool>,
 }
 
 impl Slot {
@@ -26,6 +28,7 @@ impl Slot {
             weights: watch::channel(None).0,
             drain: watch::channel(None).0,
             notices: broadcast::channel(64).0,
+            serving: watch::channel(false).0,
         }
     }
 }

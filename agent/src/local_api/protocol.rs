@@ -38,6 +38,13 @@ pub enum Request {
         #[serde(default)]
         namespace: Option<String>,
     },
+    /// The worker has loaded its weights and takes traffic: with the Pod annotation
+    /// `hcomm.io/worker-readiness: local-api` the agent holds the readiness gate until then.
+    Serving {
+        pod: String,
+        #[serde(default)]
+        namespace: Option<String>,
+    },
 }
 
 impl Request {
@@ -47,7 +54,8 @@ impl Request {
             Request::Assignment { pod, namespace }
             | Request::ReportInflight { pod, namespace, .. }
             | Request::WeightsReady { pod, namespace }
-            | Request::Watch { pod, namespace } => (pod, namespace.as_deref()),
+            | Request::Watch { pod, namespace }
+            | Request::Serving { pod, namespace } => (pod, namespace.as_deref()),
         }
     }
 }

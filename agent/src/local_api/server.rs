@@ -168,6 +168,10 @@ async fn connection(stream: UnixStream, hub: Hub) -> std::io::Result<()> {
                 )
                 .await?;
             }
+            Request::Serving { .. } => {
+                slot.serving.send_replace(true);
+                write_line(&mut w, &Response::Ok { ok: true }).await?;
+            }
             Request::Watch { .. } => {
                 write_line(&mut w, &Response::Ok { ok: true }).await?;
                 let mut rx = slot.notices.subscribe();
@@ -269,6 +273,13 @@ mod tests {
         .await;
         assert_eq!(ok["ok"], true);
         assert_eq!(*slot.inflight.borrow(), Some(5));
+        assert!(!*slot.serving.borrow());
+        let ok = ask(&mut r, &mut w, r#"{"op":"serving","pod":"w-0"}"#).await;
+        assert_eq!(ok["ok"], true);
+        assert!(
+            *slot.serving.borrow(),
+            "the worker's serving report reaches the slot"
+        );
         let bad = ask(&mut r, &mut w, r#"{"op":"assignment","pod":"nobody"}"#).await;
         assert_eq!(bad["ok"], false);
         let junk = ask(&mut r, &mut w, "not json").await;

@@ -2,7 +2,8 @@
 //! rank, assigned devices, the worker's environment, drain request, deletion.
 
 use hcomm_crds::contract::{
-    ANNOTATION_DEVICES, ANNOTATION_DRAIN_REQUESTED, LABEL_GROUP, LABEL_MEMBER_INDEX, LABEL_RANK,
+    ANNOTATION_DEVICES, ANNOTATION_DRAIN_REQUESTED, ANNOTATION_WORKER_READINESS, LABEL_GROUP,
+    LABEL_MEMBER_INDEX, LABEL_RANK, WORKER_READINESS_LOCAL_API,
 };
 use k8s_openapi::api::core::v1::Pod;
 
@@ -41,6 +42,9 @@ pub struct MemberSpec {
     pub weights_path: Option<String>,
     pub drain_requested: Option<String>,
     pub deleting: bool,
+    /// Hold the readiness gate until the worker reports `serving` (Pod annotation
+    /// `hcomm.io/worker-readiness: local-api`).
+    pub await_worker: bool,
 }
 
 impl MemberSpec {
@@ -92,6 +96,8 @@ pub fn from_pod(pod: &Pod) -> Option<MemberSpec> {
         weights_path: env(env::WEIGHTS_PATH),
         drain_requested: ann.get(ANNOTATION_DRAIN_REQUESTED).cloned(),
         deleting: meta.deletion_timestamp.is_some(),
+        await_worker: ann.get(ANNOTATION_WORKER_READINESS).map(String::as_str)
+            == Some(WORKER_READINESS_LOCAL_API),
     })
 }
 

@@ -438,12 +438,35 @@ impl Run {
                 self.plan = Some(plan);
                 self.publish_assignment();
                 self.start_health();
+                if let Err(message) = self.await_worker().await {
+                    return Event::JoinFailed { epoch, message };
+                }
                 Event::Joined { epoch }
             }
             Err(e) => Event::JoinFailed {
                 epoch,
                 message: e.to_string(),
             },
+        }
+    }
+
+    /// With `hcomm.io/worker-readiness: local-api`, waits until the worker reports that it
+    /// serves, so the readiness gate — and with it the first request — never comes before
+    /// the worker has its weights loaded (a readiness probe's job under a kubelet). Bounded
+    /// by `--worker-ready-timeout-secs`.
+    async fn await_worker(&self) -> std::result::Result<(), String> {
+        if !self.spec.await_worker {
+            return Ok(());
+        }
+        let mut serving = self.ctx.hub.slot(&self.spec.key()).serving.subscribe();
+        let limit = self.ctx.cfg.worker_ready_timeout;
+        match tokio::time::timeout(limit, serving.wait_for(|s| *s)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err("the member's local API slot went away".into()),
+            Err(_) => Err(format!(
+                "the worker did not report `serving` over the local API within {limit:?} \
+                 (Pod annotation hcomm.io/worker-readiness: local-api)"
+            )),
         }
     }
 

@@ -129,16 +129,7 @@ mod tests {
     use crate::weights::manifest_digest;
 
     fn temp(label: &str) -> PathBuf {
-        let p = std::env::temp_dir().join(format!(
-            "hcomm-generate-{label}-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        let _ = fs::remove_dir_all(&p);
-        p
+        crate::weights::test_dirs::fresh("generate", label)
     }
 
     #[test]

@@ -65,6 +65,8 @@ pub mod protocol;
 pub mod schedule;
 pub mod server;
 pub mod store;
+#[cfg(test)]
+pub(crate) mod test_dirs;
 pub mod tool;
 mod worker;
 

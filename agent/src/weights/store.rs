@@ -565,16 +565,7 @@ mod tests {
     use crate::weights::manifest::MIN_CHUNK_SIZE;
 
     fn temp(label: &str) -> PathBuf {
-        let p = std::env::temp_dir().join(format!(
-            "hcomm-store-{label}-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        let _ = fs::remove_dir_all(&p);
-        p
+        crate::weights::test_dirs::fresh("store", label)
     }
 
     /// A two-file set whose content depends on `fill`; returns its digest.

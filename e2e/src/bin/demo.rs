@@ -6,8 +6,7 @@
 //! timeline, cleans up, and ends with one line a script can read:
 //! `served=N failed=N wrong_digest=N scale_out_s=S scale_in_s=S`.
 
-use std::path::Path;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -97,32 +96,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// Builds the agent, operator, worker and router of this checkout (the demo runs them).
-fn build_programs(clock: &Clock) -> Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    clock.say("building hcomm-agent, hcomm-operator, hcomm-worker, hcomm-router");
-    let status = Command::new(cargo)
-        .args(["build", "--quiet", "--bins"])
-        .args([
-            "-p",
-            "hcomm-agent",
-            "-p",
-            "hcomm-operator",
-            "-p",
-            "hcomm-examples",
-        ])
-        .current_dir(testbed::pools::workspace_root())
-        .status()
-        .context("run cargo build")?;
-    if !status.success() {
-        bail!("cargo build of the demo's programs failed");
-    }
-    Ok(())
-}
-
 async fn demo(args: Args) -> Result<String> {
     let clock = Clock(Instant::now());
-    build_programs(&clock)?;
+    clock.say("building hcomm-agent, hcomm-operator, hcomm-worker, hcomm-router");
+    binaries::build_programs()?;
     clock.say(format!(
         "starting {} simulated hosts, a control plane, the chart's RBAC, agents and the operator",
         args.hosts
@@ -156,7 +133,7 @@ async fn demo(args: Args) -> Result<String> {
 
 async fn run(bed: &Testbed, args: &Args, clock: &Clock) -> Result<String> {
     let models = bed.dir().join("models/demo-v1");
-    let digest = generate_weights(&models, args.weights_mib)?;
+    let digest = testbed::weights::generate(&models, args.weights_mib, WEIGHTS_SEED)?;
     clock.say(format!(
         "model weights: {} MiB at {} ({digest})",
         args.weights_mib,
@@ -258,33 +235,6 @@ async fn wait_gone(bed: &Testbed, group: &str, n: usize) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(())
-}
-
-/// Writes the demo's weights (deterministic: the examples carry their digest) and returns
-/// the digest.
-fn generate_weights(dir: &Path, mib: u64) -> Result<String> {
-    let agent = binaries::find(binaries::AGENT)?;
-    let out = Command::new(&agent)
-        .args(["weights", "generate", &dir.display().to_string()])
-        .args([
-            "--size",
-            &format!("{mib}MiB"),
-            "--seed",
-            &WEIGHTS_SEED.to_string(),
-        ])
-        .output()
-        .context("hcomm-agent weights generate")?;
-    if !out.status.success() {
-        bail!("weights generate: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let out = Command::new(&agent)
-        .args(["weights", "manifest", &dir.display().to_string()])
-        .output()
-        .context("hcomm-agent weights manifest")?;
-    if !out.status.success() {
-        bail!("weights manifest: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 fn report(clock: &Clock, pool: &str, s: &LoadStats) {

@@ -323,7 +323,8 @@ impl RunResult {
 async fn bench(args: Args, argv: Vec<String>) -> Result<()> {
     let clock = Clock(Instant::now());
     if args.build && std::env::var_os("CARGO").is_some() {
-        build_programs(&clock)?;
+        clock.say("building hcomm-agent, hcomm-operator, hcomm-worker, hcomm-router");
+        testbed::binaries::build_programs()?;
     }
     let hosts = 1 + *args.joiners.iter().max().expect("joiners");
     let load_before = loadavg();
@@ -374,32 +375,6 @@ async fn bench(args: Args, argv: Vec<String>) -> Result<()> {
         write_section(path, &section)?;
         eprintln!("wrote the scaleout section of {}", path.display());
     }
-    Ok(())
-}
-
-/// Builds the programs the testbed runs, with this binary's profile, into this target dir.
-fn build_programs(clock: &Clock) -> Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    clock.say("building hcomm-agent, hcomm-operator, hcomm-worker, hcomm-router");
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "--bins"])
-        .args([
-            "-p",
-            "hcomm-agent",
-            "-p",
-            "hcomm-operator",
-            "-p",
-            "hcomm-examples",
-        ])
-        .current_dir(testbed::pools::workspace_root());
-    if !cfg!(debug_assertions) {
-        cmd.arg("--release");
-    }
-    let status = cmd.status().context("run cargo build")?;
-    ensure!(
-        status.success(),
-        "cargo build of the testbed's programs failed"
-    );
     Ok(())
 }
 
@@ -484,7 +459,7 @@ async fn run_one(
         format!("bench-{}-{k}", strategy.short())
     };
     let source = bed.dir().join("models").join(&group);
-    let digest = generate_weights(&source, args.size_mib, seed)?;
+    let digest = testbed::weights::generate(&source, args.size_mib, seed)?;
     let bytes = args.size_mib * 1024 * 1024;
     let floor_s = bytes as f64 / (f64::from(rate_mbit) * 1e6 / 8.0);
     clock.say(format!(
@@ -651,40 +626,6 @@ fn group_manifest(
         "digest": digest,
     });
     Ok(serde_json::to_string_pretty(&doc)?)
-}
-
-/// Writes a weights set with the agent's own generator; returns its digest.
-fn generate_weights(dir: &Path, mib: u64, seed: u64) -> Result<String> {
-    let agent = binaries::find(binaries::AGENT)?;
-    let run = |args: &[&str]| -> Result<String> {
-        let out = Command::new(&agent)
-            .args(args)
-            .output()
-            .context("run hcomm-agent weights")?;
-        ensure!(
-            out.status.success(),
-            "hcomm-agent {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-    };
-    let _ = std::fs::remove_dir_all(dir);
-    let d = dir.display().to_string();
-    run(&[
-        "weights",
-        "generate",
-        &d,
-        "--size",
-        &format!("{mib}MiB"),
-        "--seed",
-        &seed.to_string(),
-    ])?;
-    let digest = run(&["weights", "manifest", &d])?;
-    ensure!(
-        digest.starts_with("sha256:") && digest.len() == 71,
-        "unexpected digest {digest:?}"
-    );
-    Ok(digest)
 }
 
 /// Deletes the group and waits until it and all its Pods are gone.

@@ -19,6 +19,39 @@ pub const WORKER: &str = "hcomm-worker";
 /// The reference router and load generator (`examples/pool`).
 pub const ROUTER: &str = "hcomm-router";
 
+/// Builds the programs the testbed runs (`cargo build --bins` of the agent, operator and
+/// the reference worker and router) with the Cargo that runs this program (`$CARGO`), in
+/// the same target folder — for binaries started with `cargo run`, which builds only
+/// their own package. Prints nothing unless the build fails.
+pub fn build_programs() -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let what = "cargo build --bins -p hcomm-agent -p hcomm-operator -p hcomm-examples";
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.args(["build", "--quiet", "--bins"])
+        .args([
+            "-p",
+            "hcomm-agent",
+            "-p",
+            "hcomm-operator",
+            "-p",
+            "hcomm-examples",
+        ])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    // The same profile as the caller, so the programs land next to it.
+    if !cfg!(debug_assertions) {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().map_err(Error::io(what))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(Error::Io {
+            what: what.to_owned(),
+            source: std::io::Error::other(format!("exited with {status}")),
+        })
+    }
+}
+
 /// The path of workspace program `name`.
 pub fn find(name: &str) -> Result<PathBuf> {
     let dirs = search_dirs();

@@ -96,7 +96,24 @@ impl Testbed {
             .args(["--progress", "500ms", "--progress-format", "json"])
             // A member whose host vanishes never answers; move on after 2 s (each
             // request takes tokens × step-ms, well under a second).
-            .args(["--attempt-timeout", "2s"]);
+            .args(["--attempt-timeout", "2s"])
+            // Every request's attempts, for post-mortems (written when the load stops).
+            .args([
+                "--records",
+                &self
+                    .dir
+                    .join("logs")
+                    .join(format!(
+                        "router-{}-{}.records.jsonl",
+                        options.service,
+                        std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map(|d| d.as_millis())
+                            .unwrap_or_default()
+                    ))
+                    .display()
+                    .to_string(),
+            ]);
         if !options.expect_digests.is_empty() {
             cmd.args(["--expect-digest", &options.expect_digests.join(",")]);
         }
@@ -104,8 +121,7 @@ impl Testbed {
             .env("RUST_LOG", "info,kube=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(log)
-            .kill_on_drop(true);
+            .stderr(log);
         let mut child = cmd.spawn().map_err(Error::io("start hcomm-router load"))?;
         let stdout = child.stdout.take().expect("piped stdout");
         let latest = Arc::new(Mutex::new(LoadStats::default()));
@@ -124,6 +140,18 @@ impl Testbed {
             reader,
             service: options.service.clone(),
         })
+    }
+}
+
+impl Drop for LoadRun {
+    /// A run dropped without [`LoadRun::stop`] (a failing scenario) still ends gracefully,
+    /// so the router writes its per-request records for the post-mortem.
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
     }
 }
 

@@ -19,6 +19,7 @@ pub mod launch;
 pub mod load;
 pub mod pools;
 pub mod timeline;
+pub mod weights;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

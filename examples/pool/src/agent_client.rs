@@ -82,6 +82,11 @@ enum Op<'a> {
         #[serde(skip_serializing_if = "Option::is_none")]
         namespace: Option<&'a str>,
     },
+    Serving {
+        pod: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        namespace: Option<&'a str>,
+    },
 }
 
 impl Op<'_> {
@@ -91,6 +96,7 @@ impl Op<'_> {
             Op::ReportInflight { .. } => "report_inflight",
             Op::WeightsReady { .. } => "weights_ready",
             Op::Watch { .. } => "watch",
+            Op::Serving { .. } => "serving",
         }
     }
 }
@@ -137,6 +143,17 @@ impl AgentClient {
     /// `weights_ready` on a fresh connection.
     pub async fn weights_ready(&self) -> Result<WeightsState> {
         self.connect().await?.weights_ready().await
+    }
+
+    /// `{"op":"serving"}` on a fresh connection: the weights are loaded and the worker takes
+    /// traffic (the agent holds the readiness gate until then when the Pod asks it to).
+    pub async fn serving(&self) -> Result<()> {
+        let mut conn = self.connect().await?;
+        let op = Op::Serving {
+            pod: &self.pod,
+            namespace: self.namespace.as_deref(),
+        };
+        conn.call(&op).await.map(|_| ())
     }
 
     /// Opens a `watch` stream (connect and the agent's `ok`, both bounded).

@@ -181,6 +181,12 @@ async fn the_worker_serves_only_loaded_pinned_weights_reports_inflight_and_drain
     .await;
     assert_eq!(s["weights_digest"], digest_v1.to_string());
     assert_eq!(s["rejected_not_ready"], 2);
+    // ... and told the agent it serves (what opens an annotated Pod's readiness gate).
+    let mut serving = slot.serving.subscribe();
+    tokio::time::timeout(WAIT, serving.wait_for(|s| *s))
+        .await
+        .expect("the worker reports serving after loading")
+        .expect("slot alive");
     let r = generate(&http, &ep, 3).await;
     assert_eq!(r.status, 200);
     assert_eq!(

@@ -15,7 +15,7 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use hcomm_crds::ScalingStrategy;
+use hcomm_crds::{MemberPhase, ScalingStrategy};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::phase::ObservedMember;
@@ -41,6 +41,8 @@ pub struct Desired {
     pub drain_timeout: SignedDuration,
     /// The group is being deleted: drain and remove everything.
     pub deleting: bool,
+    /// `spec.weights.digest`: members created for another digest are rolled.
+    pub weights_digest: Option<String>,
 }
 
 /// Everything the planner looks at.
@@ -168,9 +170,16 @@ pub fn plan(input: &PlanInput) -> Plan {
                         .filter(|m| chosen.contains(&m.index)),
                 );
             }
-            ScalingStrategy::Rebuild if healthy.len() != replicas || !failed.is_empty() => {
+            ScalingStrategy::Rebuild
+                if healthy.len() != replicas
+                    || !failed.is_empty()
+                    || any_outdated(&healthy, desired) =>
+            {
                 // Tear down everything; the new set is built once the old one is gone.
                 victims.extend(healthy.iter().copied());
+            }
+            ScalingStrategy::Incremental => {
+                victims.extend(rolling_victims(input, &healthy, replicas));
             }
             _ => {}
         }
@@ -236,6 +245,46 @@ pub fn plan(input: &PlanInput) -> Plan {
         recheck_after,
         finished: desired.deleting && input.members.is_empty(),
     }
+}
+
+/// Whether a member serves weights other than the group's (`spec.weights.digest`).
+fn outdated(member: &ObservedMember, desired: &Desired) -> bool {
+    desired.weights_digest.is_some() && member.weights_digest != desired.weights_digest
+}
+
+fn any_outdated(members: &[&ObservedMember], desired: &Desired) -> bool {
+    members.iter().any(|m| outdated(m, desired))
+}
+
+/// The rolling weights update (Incremental): when `spec.weights.digest` changes, members
+/// created for another digest are replaced a few at a time — `maxUnavailable` at once,
+/// highest index first, and only while nobody is joining or leaving, so each replacement
+/// (which takes the freed index, rank and devices, with the new weights) is Ready before
+/// the next member goes. The others serve throughout, each with the one version it
+/// loaded; the router never sees a member answer with two.
+fn rolling_victims<'a>(
+    input: &PlanInput,
+    healthy: &[&'a ObservedMember],
+    replicas: usize,
+) -> Vec<&'a ObservedMember> {
+    let desired = &input.desired;
+    if healthy.len() > replicas || !any_outdated(healthy, desired) {
+        return Vec::new();
+    }
+    let settled = healthy.len() == replicas
+        && healthy.iter().all(|m| m.phase == MemberPhase::Ready)
+        && input.members.iter().all(|m| m.in_set());
+    if !settled {
+        return Vec::new();
+    }
+    let mut stale: Vec<&ObservedMember> = healthy
+        .iter()
+        .copied()
+        .filter(|m| outdated(m, desired))
+        .collect();
+    stale.sort_by_key(|m| std::cmp::Reverse(m.index));
+    stale.truncate(desired.max_unavailable.max(1) as usize);
+    stale
 }
 
 /// Joiner slots `(index, node, devices)` and how many desired members found no room.

@@ -40,12 +40,15 @@ fn desired(replicas: i32, dpm: i32) -> Desired {
         max_unavailable: 1,
         drain_timeout: SignedDuration::from_secs(60),
         deleting: false,
+        weights_digest: None,
     }
 }
 
 /// A tiny cluster: the stored Pods, the recorded epoch, and time.
 struct World {
     members: Vec<ObservedMember>,
+    /// The digest joiners are created for (what `pod_builder` writes from the spec).
+    weights: Option<String>,
     recorded: Recorded,
     nodes: Vec<NodeInventory>,
     now: Timestamp,
@@ -55,6 +58,7 @@ impl World {
     fn new(nodes: Vec<NodeInventory>) -> Self {
         Self {
             members: Vec::new(),
+            weights: None,
             recorded: Recorded::default(),
             nodes,
             now: Timestamp::from_second(1_000_000).unwrap(),
@@ -94,6 +98,7 @@ impl World {
                 drain_requested_at: None,
                 drained: false,
                 serving: false,
+                weights_digest: self.weights.clone(),
                 unreachable: false,
                 deleting: false,
                 running: false,
@@ -387,4 +392,74 @@ fn a_member_on_an_unreachable_node_is_deleted_without_waiting_for_its_drain() {
     // Its agent cannot answer the drain; the deletion does not wait for the timeout.
     let next = plan(&world.input(&desired(1, 1)));
     assert_eq!(next.delete[0].reason, RemovalReason::Unreachable);
+}
+
+#[test]
+fn a_new_weights_digest_rolls_members_one_at_a_time_while_the_others_serve() {
+    let mut world = World::new(vec![node("a", "s0", 8)]);
+    let mut want = desired(3, 1);
+    want.weights_digest = Some("sha256:v1".into());
+    world.weights = want.weights_digest.clone();
+    world.apply(&plan(&world.input(&want)));
+    let ready = |w: &mut World| {
+        for m in &mut w.members {
+            if m.phase != MemberPhase::Draining {
+                (m.phase, m.running, m.serving) = (MemberPhase::Ready, true, true);
+            }
+        }
+    };
+    ready(&mut world);
+    assert!(
+        plan(&world.input(&want)).drain.is_empty(),
+        "nothing to roll"
+    );
+
+    want.weights_digest = Some("sha256:v2".into());
+    world.weights = want.weights_digest.clone();
+    let mut rolled = Vec::new();
+    for _ in 0..20 {
+        let p = plan(&world.input(&want));
+        assert!(p.drain.len() <= 1, "one at a time: {:?}", p.drain);
+        let serving = world
+            .members
+            .iter()
+            .filter(|m| m.phase == MemberPhase::Ready)
+            .count();
+        assert!(serving >= 2, "at most maxUnavailable (1) out of service");
+        rolled.extend(p.drain.clone());
+        world.apply(&p);
+        for m in &mut world.members {
+            if m.phase == MemberPhase::Draining {
+                m.drained = true;
+            }
+        }
+        ready(&mut world);
+        if world
+            .members
+            .iter()
+            .all(|m| m.weights_digest == want.weights_digest && m.phase == MemberPhase::Ready)
+            && world.members.len() == 3
+        {
+            break;
+        }
+    }
+    assert_eq!(world.members.len(), 3);
+    assert!(
+        world
+            .members
+            .iter()
+            .all(|m| m.weights_digest.as_deref() == Some("sha256:v2"))
+    );
+    assert_eq!(
+        rolled,
+        ["g-2-e1", "g-1-e1", "g-0-e1"],
+        "highest index first"
+    );
+    let mut indices: Vec<i32> = world.members.iter().map(|m| m.index).collect();
+    indices.sort();
+    assert_eq!(
+        indices,
+        [0, 1, 2],
+        "replacements take the freed indices (ranks)"
+    );
 }

@@ -80,11 +80,18 @@ async fn session(
 ) -> Result<()> {
     // The assignment is there only once the agent has verified the member; until then
     // the agent answers an error, and each attempt is bounded.
+    // A refusal ("not verified yet") is the normal wait before a join: poll it at the
+    // shortest interval (a local socket round trip), so the worker is assigned, loaded and
+    // serving soon after the agent is ready; only a failing agent gets the growing backoff.
     let assignment = loop {
         match agent.assignment().await {
             Ok(a) => break a,
-            Err(e) => {
+            Err(e @ crate::error::Error::AgentRefused { .. }) => {
                 tracing::debug!(error = %e, "assignment not available yet");
+                tokio::time::sleep(timing.backoff_min).await;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "agent not answering");
                 backoff.wait().await;
             }
         }
@@ -93,6 +100,10 @@ async fn session(
     state.set_assignment(assignment);
     let mut stream = agent.watch().await?;
     backoff.reset();
+    // A reconnect (e.g. a restarted agent): say again that the pinned weights serve.
+    if state.weights().is_some() {
+        agent.serving().await?;
+    }
     loop {
         let event = match tokio::time::timeout(timing.watch_idle, stream.next_event()).await {
             Ok(r) => r?,
@@ -101,14 +112,14 @@ async fn session(
                 // weights readiness in case an event was missed.
                 let w = agent.weights_ready().await?;
                 if w.ready {
-                    maybe_load(state, w.path);
+                    maybe_load(state, agent, w.path);
                 }
                 continue;
             }
         };
         match event {
             None => return Ok(()),
-            Some(AgentEvent::WeightsReady { path }) => maybe_load(state, path),
+            Some(AgentEvent::WeightsReady { path }) => maybe_load(state, agent, path),
             Some(AgentEvent::DrainRequested { deadline }) => {
                 tracing::info!(?deadline, "drain requested: taking no new work");
                 state.request_drain();
@@ -125,7 +136,7 @@ async fn session(
 /// Starts the weights load in the background unless weights are loaded (they are pinned
 /// for the worker's life) or a load is running. Kept off the event loop so a drain is
 /// heard while a large set is being hashed.
-fn maybe_load(state: &Arc<WorkerState>, path: Option<String>) {
+fn maybe_load(state: &Arc<WorkerState>, agent: &AgentClient, path: Option<String>) {
     if !state.begin_load() {
         if let (Some(w), Some(p)) = (state.weights(), &path) {
             tracing::debug!(path = %p, pinned = ?w.dir, "weights_ready again; keeping the pinned set");
@@ -133,6 +144,7 @@ fn maybe_load(state: &Arc<WorkerState>, path: Option<String>) {
         return;
     }
     let state = Arc::clone(state);
+    let agent = agent.clone();
     tokio::spawn(async move {
         let p = path.clone().map(PathBuf::from);
         let result = tokio::task::spawn_blocking(move || weights::load(p.as_deref()))
@@ -145,7 +157,14 @@ fn maybe_load(state: &Arc<WorkerState>, path: Option<String>) {
             }
             Err(e) => tracing::warn!(path = ?path, error = %e, "weights load failed"),
         }
+        let loaded = result.is_ok();
         state.finish_load(result);
+        // Only now may traffic come: tell the agent (which then opens the readiness gate
+        // of a Pod annotated `hcomm.io/worker-readiness: local-api`). A failure here is
+        // retried by the next session, which repeats it for loaded weights.
+        if loaded && let Err(e) = agent.serving().await {
+            tracing::warn!(error = %e, "could not report serving to the agent");
+        }
     });
 }
 
