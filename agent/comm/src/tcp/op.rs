@@ -111,13 +111,6 @@ impl<'a> Op<'a> {
         Ok(())
     }
 
-    /// A pooled copy of `data` (for segments that must outlive a borrow of the user buffer).
-    pub fn copy_of(&self, data: &[u8]) -> Vec<u8> {
-        let mut v = self.comm.ep.inner.mail.buffer(data.len());
-        v.extend_from_slice(data);
-        v
-    }
-
     /// Hands a received buffer back to the pool.
     pub fn recycle(&self, v: Vec<u8>) {
         self.comm.ep.inner.mail.recycle(v);

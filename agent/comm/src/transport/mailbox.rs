@@ -55,12 +55,23 @@ struct State {
 pub struct Mailbox {
     state: Mutex<State>,
     /// Recycled receive buffers: large fresh allocations cost page faults on every frame.
-    pool: Mutex<Vec<Vec<u8>>>,
+    pool: Mutex<Pool>,
 }
 
 /// Buffers below this size are not worth pooling.
 const POOL_MIN: usize = 64 << 10;
-const POOL_MAX_BUFFERS: usize = 32;
+/// Bounds on what the pool keeps. A large pipelined collective has many segments in flight
+/// at once (the reader runs ahead of the reduction: tens of MiB for a 64 MiB all-reduce on
+/// loopback); a pool smaller than that frees and refaults pages on every operation.
+const POOL_MAX_BYTES: usize = 64 << 20;
+const POOL_MAX_BUFFERS: usize = 256;
+
+#[derive(Default)]
+struct Pool {
+    bufs: Vec<Vec<u8>>,
+    /// Sum of the pooled buffers' capacities.
+    bytes: usize,
+}
 
 impl Mailbox {
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -74,10 +85,12 @@ impl Mailbox {
         if len >= POOL_MIN {
             let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(i) = pool
+                .bufs
                 .iter()
                 .position(|v| v.capacity() >= len && v.capacity() <= 2 * len)
             {
-                let mut v = pool.swap_remove(i);
+                let mut v = pool.bufs.swap_remove(i);
+                pool.bytes -= v.capacity();
                 v.clear();
                 return v;
             }
@@ -89,8 +102,9 @@ impl Mailbox {
     pub fn recycle(&self, v: Vec<u8>) {
         if v.capacity() >= POOL_MIN {
             let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-            if pool.len() < POOL_MAX_BUFFERS {
-                pool.push(v);
+            if pool.bytes + v.capacity() <= POOL_MAX_BYTES && pool.bufs.len() < POOL_MAX_BUFFERS {
+                pool.bytes += v.capacity();
+                pool.bufs.push(v);
             }
         }
     }

@@ -12,7 +12,18 @@ use crate::schedule::ring::{ag_blocks, left, right, rs_blocks};
 use crate::schedule::{segments, split_even};
 use crate::tcp::op::Op;
 
-/// Ring all-reduce: reduce-scatter then all-gather, segmented and pipelined.
+/// A segment for the sender: a pooled buffer, or a slice of the user buffer sent in place —
+/// `Lent` ones are handed back to the receiver once written (it needs them again later).
+enum Out<'a> {
+    Owned(Vec<u8>),
+    Shared(&'a [u8]),
+    Lent(&'a mut [u8]),
+}
+
+/// Ring all-reduce: reduce-scatter then all-gather, segmented and pipelined. Segments of the
+/// user buffer that are sent unchanged (the first block, the final block, every gathered
+/// segment) go out straight from `buf`; only reduce-scatter partial sums travel in pooled
+/// buffers (reduced in place in the received buffer).
 pub async fn ring_all_reduce(
     op: &Op<'_>,
     buf: &mut [u8],
@@ -25,54 +36,81 @@ pub async fn ring_all_reduce(
         return Ok(());
     }
     let seg_elems = (seg_bytes / es).max(1);
-    let segs: Vec<Vec<Range<usize>>> = split_even(buf.len() / es, n)
-        .into_iter()
-        .map(|b| segments(b, seg_elems))
-        .collect();
-    let (tx, rx) = mpsc::unbounded_channel();
-    for s in &segs[rs_blocks(r, 0, n).0] {
-        if !s.is_empty() {
-            let _ = tx.send(op.copy_of(&buf[bytes(s, es)]));
+    // parts[block][segment]: disjoint slices of `buf`, in order.
+    let mut parts: Vec<Vec<Option<&mut [u8]>>> = Vec::with_capacity(n);
+    let mut rest = buf;
+    for b in split_even(rest.len() / es, n) {
+        let mut segs = Vec::new();
+        for s in segments(b, seg_elems).iter().filter(|s| !s.is_empty()) {
+            let (seg, tail) = std::mem::take(&mut rest).split_at_mut(s.len() * es);
+            segs.push(Some(seg));
+            rest = tail;
         }
+        parts.push(segs);
+    }
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (back_tx, mut back_rx) = mpsc::unbounded_channel();
+    for seg in &mut parts[rs_blocks(r, 0, n).0] {
+        let _ = tx.send(Out::Lent(seg.take().unwrap_or_default()));
     }
     let receiver = async move {
         let from = left(r, n);
         for step in 0..n - 1 {
             let last = step == n - 2;
-            for s in segs[rs_blocks(r, step, n).1]
-                .iter()
-                .filter(|s| !s.is_empty())
-            {
-                let dst = &mut buf[bytes(s, es)];
-                let mut m = op.recv_exact(from, dst.len()).await?;
+            for seg in &mut parts[rs_blocks(r, step, n).1] {
+                let mut m = op
+                    .recv_exact(from, seg.as_ref().map_or(0, |d| d.len()))
+                    .await?;
                 if last {
-                    // Block r is final: keep it and start the all-gather with it.
+                    // Block r is final: keep it and start the all-gather with it, in place.
+                    let dst = seg.take().unwrap_or_default();
                     reduce_into(dtype, rop, dst, &m);
-                    m.copy_from_slice(dst);
+                    op.recycle(m);
+                    let _ = tx.send(Out::Shared(dst));
                 } else {
-                    reduce_into(dtype, rop, &mut m, dst);
+                    reduce_into(dtype, rop, &mut m, seg.as_deref().unwrap_or_default());
+                    let _ = tx.send(Out::Owned(m));
                 }
-                let _ = tx.send(m);
             }
         }
         for step in 0..n - 1 {
-            for s in segs[ag_blocks(r, step, n).1]
-                .iter()
-                .filter(|s| !s.is_empty())
-            {
-                let dst = &mut buf[bytes(s, es)];
+            for seg in &mut parts[ag_blocks(r, step, n).1] {
+                let dst = match seg.take() {
+                    Some(d) => d,
+                    // Lent to the sender at the start; it has been sent long since.
+                    None => back_rx
+                        .recv()
+                        .await
+                        .ok_or_else(|| CommError::invalid(op.name, "ring sender stopped early"))?,
+                };
                 let m = op.recv_exact(from, dst.len()).await?;
                 dst.copy_from_slice(&m);
+                op.recycle(m);
                 if step < n - 2 {
-                    let _ = tx.send(m);
-                } else {
-                    op.recycle(m);
+                    let _ = tx.send(Out::Shared(dst));
                 }
             }
         }
         Ok::<_, CommError>(())
     };
-    try_join(forward(op, right(r, n), rx), receiver).await?;
+    let sender = async move {
+        let to = right(r, n);
+        while let Some(out) = rx.recv().await {
+            match out {
+                Out::Owned(v) => {
+                    op.send(to, &v).await?;
+                    op.recycle(v);
+                }
+                Out::Shared(d) => op.send(to, d).await?,
+                Out::Lent(d) => {
+                    op.send(to, d).await?;
+                    let _ = back_tx.send(d);
+                }
+            }
+        }
+        Ok::<_, CommError>(())
+    };
+    try_join(sender, receiver).await?;
     Ok(())
 }
 
