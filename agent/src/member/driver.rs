@@ -17,12 +17,20 @@ use super::spec::{MemberSpec, from_pod};
 use super::task::run_member;
 use crate::config::Context;
 
+/// Server-side timeout of the member Pod watch (see [`run`]).
+const WATCH_TIMEOUT_SECS: u32 = 30;
+
 /// Runs until `shutdown` resolves.
 pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()>) {
     let api: Api<Pod> = Api::all(ctx.client.clone());
+    // The server ends each watch after WATCH_TIMEOUT_SECS and the watcher resumes from its
+    // resourceVersion; a connection that died silently (the node cut off from the API
+    // server and back) is then noticed within that time plus kube's idle margin, not the
+    // default ~5 minutes during which new member Pods would go unseen.
     let cfg = watcher::Config::default()
         .fields(&format!("spec.nodeName={}", ctx.cfg.node_name))
-        .labels(LABEL_GROUP);
+        .labels(LABEL_GROUP)
+        .timeout(WATCH_TIMEOUT_SECS);
     let mut stream = watcher(api, cfg).boxed();
     let mut members: HashMap<String, watch::Sender<Option<MemberSpec>>> = HashMap::new();
     let mut seen_in_init: HashSet<String> = HashSet::new();
