@@ -104,26 +104,30 @@ pub fn link_report(
     policy: links::LinkPolicy,
     now: Timestamp,
 ) -> LinkReport {
-    let nodes = observed
+    let nodes = traffic_nodes(observed, |m| {
+        !outcome.deleted.iter().any(|r| r.name == m.name)
+    });
+    links::assess(&nodes, &observed.nodes, &observed.link_tests, policy, now)
+}
+
+/// The nodes of the members that move traffic ([`links::carries_traffic`]) and pass `keep`.
+fn traffic_nodes(
+    observed: &Observed,
+    keep: impl Fn(&crate::phase::ObservedMember) -> bool,
+) -> std::collections::BTreeSet<String> {
+    observed
         .members
         .iter()
-        .filter(|m| links::carries_traffic(m.phase))
-        .filter(|m| !outcome.deleted.iter().any(|r| r.name == m.name))
+        .filter(|m| links::carries_traffic(m.phase) && keep(m))
         .filter_map(|m| m.node.clone())
-        .collect();
-    links::assess(&nodes, &observed.nodes, &observed.link_tests, policy, now)
+        .collect()
 }
 
 /// Members on a node the data network has lost ([`LinkReport::isolated_nodes`]) cannot
 /// take part in a collective; they count as failed, so the plan replaces them elsewhere
 /// while the others keep serving.
 pub fn fail_isolated_members(observed: &mut Observed, policy: links::LinkPolicy, now: Timestamp) {
-    let nodes = observed
-        .members
-        .iter()
-        .filter(|m| links::carries_traffic(m.phase))
-        .filter_map(|m| m.node.clone())
-        .collect();
+    let nodes = traffic_nodes(observed, |_| true);
     let report = links::assess(&nodes, &observed.nodes, &observed.link_tests, policy, now);
     let isolated = report.isolated_nodes();
     for m in &mut observed.members {
