@@ -573,8 +573,9 @@ mod tests {
 impl LinkReport {
     /// Nodes the data network has lost, each with why: every other member node that
     /// probed it recently found it down and none reached it, and the fault is its own —
-    /// some other node is still reachable, or the node's own (older) results still call
-    /// its links up, i.e. its agent has gone silent. A split with no side to blame (two
+    /// some other node is still reached by a member, or the node's own (older) results
+    /// still call its links up, i.e. its agent has gone silent. A node that never published
+    /// proves nothing. A split with no side to blame (two
     /// nodes that each report the other down) names nobody: the condition shows it, but
     /// replacing members on a guess would move healthy ones.
     pub fn isolated_nodes(&self) -> BTreeMap<String, String> {
@@ -587,16 +588,27 @@ impl LinkReport {
                     .iter()
                     .any(|l| matches!(l.state, LinkState::Up | LinkState::Slow))
         };
-        let outbound_all_down = |node: &str| {
+        // The node's own results still call a link up although its peers cannot reach it:
+        // its agent has gone silent (a node that never published proves nothing).
+        let claims_up = |node: &str| {
             self.links
                 .iter()
-                .filter(|l| l.from == node)
-                .all(|l| l.state == LinkState::Down)
+                .any(|l| l.from == node && matches!(l.state, LinkState::Up | LinkState::Slow))
         };
-        let some_node_fine = |node: &str| self.nodes.iter().any(|n| n != node && !suspect(n));
+        // Another node that some member reached (positive evidence, not mere silence).
+        let reached = |node: &str| {
+            self.links
+                .iter()
+                .any(|l| l.to == node && matches!(l.state, LinkState::Up | LinkState::Slow))
+        };
+        let some_node_fine = |node: &str| {
+            self.nodes
+                .iter()
+                .any(|n| n != node && !suspect(n) && reached(n))
+        };
         self.nodes
             .iter()
-            .filter(|n| suspect(n) && (some_node_fine(n) || !outbound_all_down(n)))
+            .filter(|n| suspect(n) && (some_node_fine(n) || claims_up(n)))
             .map(|n| {
                 let seen_by: Vec<String> = inbound(n)
                     .into_iter()
@@ -672,6 +684,12 @@ mod isolation_tests {
             &[("n1", "n2", NeverProbed), ("n2", "n1", Up)],
         );
         assert!(fresh.isolated_nodes().is_empty());
+        // n2 is found down, but its own agent never published: no evidence it is the one cut.
+        let never_published = report(
+            &["n1", "n2"],
+            &[("n1", "n2", Down), ("n2", "n1", NeverProbed)],
+        );
+        assert!(never_published.isolated_nodes().is_empty());
         let mixed = report(
             &["n1", "n2", "n3"],
             &[("n1", "n3", Down), ("n2", "n3", Up), ("n3", "n1", Up)],
