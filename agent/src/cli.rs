@@ -9,7 +9,7 @@
 //!     [--probe-port P] [--comm-port-base P] [--group-secret-dir D]
 //!     [--poll-interval-ms MS] [--health-interval-secs S] [--inventory-interval-secs S]
 //!     [--retry-backoff-ms MS] [--shm-min-bytes B] [--weights-dir D] [--weights-port P]
-//!     [--weights-verify-on-serve true|false]
+//!     [--weights-verify-on-serve true|false] [--weights-gc-grace-secs S|off]
 //!     [--verify-timeout-secs S] [--ascend-root D] [--super-pod X] [--rack X] [--switch X]
 //! hcomm-agent diagnose [--socket-ifname S] [--data-address IP] [--management-interface IF]
 //!     [--peers name=ip,...] [--rank-table FILE] [--node-name NODE] [--devices 0,1]
@@ -329,6 +329,18 @@ fn run_args(mut f: Flags) -> Result<AgentConfig> {
     if let Some(v) = f.parsed("weights-verify-on-serve")? {
         c.weights_verify_on_serve = v;
     }
+    match f.one("weights-gc-grace-secs").as_deref() {
+        None => {}
+        Some("off") => c.weights_gc_grace = None,
+        Some(v) => {
+            let secs: f64 = v.parse().map_err(|_| {
+                Error::Config(format!(
+                    "--weights-gc-grace-secs: expected seconds or `off`, got {v:?}"
+                ))
+            })?;
+            c.weights_gc_grace = Some(Duration::from_secs_f64(secs.max(0.0)));
+        }
+    }
     c.verify_timeout_cap = f
         .parsed::<f64>("verify-timeout-secs")?
         .map(Duration::from_secs_f64);
@@ -563,6 +575,32 @@ mod tests {
         };
         assert!(!c.weights_verify_on_serve);
         let _ = (std::fs::remove_file(f), std::fs::remove_file(empty));
+    }
+
+    #[test]
+    fn weights_gc_grace_takes_seconds_or_off() {
+        let run = |extra: &str| {
+            parse(&args(&format!(
+                "run --node-name n --insecure-default-secret {extra}"
+            )))
+        };
+        let Command::Run(c) = run("").unwrap() else {
+            panic!("not run")
+        };
+        assert_eq!(c.weights_gc_grace, Some(Duration::from_secs(600)));
+        let Command::Run(c) = run("--weights-gc-grace-secs 2.5").unwrap() else {
+            panic!("not run")
+        };
+        assert_eq!(c.weights_gc_grace, Some(Duration::from_millis(2500)));
+        let Command::Run(c) = run("--weights-gc-grace-secs off").unwrap() else {
+            panic!("not run")
+        };
+        assert_eq!(c.weights_gc_grace, None);
+        let e = run("--weights-gc-grace-secs soon").unwrap_err().to_string();
+        assert!(
+            e.contains("--weights-gc-grace-secs") && e.contains("off"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -63,6 +63,10 @@ pub struct AgentConfig {
     /// joiners then report `CorruptWeightsChunk` and refetch elsewhere) for the CPU of one
     /// SHA-256 per served byte, which matters on very fast links.
     pub weights_verify_on_serve: bool,
+    /// How long a weights version no link points at is kept before it is removed
+    /// (`--weights-gc-grace-secs`, default 600; `off` keeps every version). See
+    /// `weights::gc`.
+    pub weights_gc_grace: Option<Duration>,
     /// Caps the group's connect timeout for verification probes.
     pub verify_timeout_cap: Option<Duration>,
 }
@@ -93,6 +97,7 @@ impl AgentConfig {
             weights_root: "/var/lib/hcomm/weights".into(),
             weights_port: 7512,
             weights_verify_on_serve: true,
+            weights_gc_grace: Some(Duration::from_secs(600)),
             verify_timeout_cap: None,
         }
     }

@@ -18,6 +18,7 @@ pub struct Metrics {
     pub verifications: IntCounterVec,
     pub sync_bytes: IntCounter,
     pub sync_throughput: Gauge,
+    pub weights_versions_removed: IntCounter,
     pub probe_latency: HistogramVec,
     pub link_up: IntGaugeVec,
     pub allreduce_seconds: HistogramVec,
@@ -57,6 +58,11 @@ impl Metrics {
             sync_throughput: Gauge::with_opts(opts(
                 "weights_sync_throughput_bytes_per_second",
                 "Throughput of the last weight sync",
+            ))
+            .expect("metric"),
+            weights_versions_removed: IntCounter::with_opts(opts(
+                "weights_versions_removed_total",
+                "Weights versions removed after no link used them for the grace period",
             ))
             .expect("metric"),
             probe_latency: HistogramVec::new(
@@ -129,6 +135,8 @@ impl Metrics {
         r.register(Box::new(m.sync_bytes.clone()))
             .expect("register");
         r.register(Box::new(m.sync_throughput.clone()))
+            .expect("register");
+        r.register(Box::new(m.weights_versions_removed.clone()))
             .expect("register");
         r.register(Box::new(m.probe_latency.clone()))
             .expect("register");

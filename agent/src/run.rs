@@ -17,7 +17,7 @@ use crate::inventory::{self, publish::publish};
 use crate::local_api::server::{self as api_server, Access};
 use crate::member::weights_sync::EngineSyncer;
 use crate::nic::NicRule;
-use crate::weights::{ChunkServer, GroupSecret, ServerConfig, WeightStore};
+use crate::weights::{ChunkServer, GroupSecret, ServerConfig, WeightStore, gc};
 
 fn node_rule(cfg: &AgentConfig) -> NicRule {
     NicRule {
@@ -146,6 +146,10 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
             "bind weights chunk server on {weights_addr}"
         )))?;
     tracing::info!(%weights_addr, store = %store.root().display(), "serving weights");
+    let gc_task = ctx
+        .cfg
+        .weights_gc_grace
+        .map(|grace| tokio::spawn(weights_gc_loop(store.clone(), grace, ctx.metrics.clone())));
     let weights_task = tokio::spawn(ChunkServer::serve(
         weights_l,
         store,
@@ -184,8 +188,46 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     let _ = stop_tx.send(true);
     inv_task.abort();
     health_task.abort();
+    if let Some(t) = gc_task {
+        t.abort();
+    }
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), driver).await;
     let _ = tokio::join!(probe_task, api_task, metrics_task, weights_task);
     let _ = std::fs::remove_file(&ctx.cfg.socket_path);
     Ok(())
+}
+
+/// Removes weights versions no link has pointed at for `grace` (see `weights::gc`),
+/// looking every quarter of the grace (between 1 s and 1 min).
+async fn weights_gc_loop(
+    store: WeightStore,
+    grace: std::time::Duration,
+    metrics: crate::metrics::Metrics,
+) {
+    use std::time::{Duration, Instant};
+    let every = (grace / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    let mut collector = Some(gc::Collector::new(grace));
+    loop {
+        tokio::time::sleep(every).await;
+        let (store, mut c) = (store.clone(), collector.take().expect("returned below"));
+        let pass = tokio::task::spawn_blocking(move || {
+            let r = gc::collect(&store, &mut c, Instant::now());
+            (c, r)
+        })
+        .await;
+        let Ok((c, result)) = pass else {
+            tracing::error!("weights cleanup panicked; cleanup stopped");
+            return;
+        };
+        collector = Some(c);
+        match result {
+            Ok(removed) => {
+                for set in removed {
+                    tracing::info!(%set, ?grace, "removed a weights version no link used within the grace period");
+                    metrics.weights_versions_removed.inc();
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "weights cleanup failed; trying again later"),
+        }
+    }
 }

@@ -6,6 +6,7 @@
 
 pub mod chart;
 pub mod controlplane;
+pub mod demo;
 pub mod hosts;
 pub mod promtool;
 pub mod testbed;

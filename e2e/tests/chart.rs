@@ -155,6 +155,7 @@ fn cpu_mode_renders_without_npu_mounts_or_node_selector() -> Result<()> {
         "--probe-secret-file=/etc/hcomm/secret/probe-secret",
         "--probe-port=7510",
         "--weights-port=7512",
+        "--weights-gc-grace-secs=600",
         "--health-interval-secs=10",
         "--socket=/run/hcomm/agent.sock",
     ] {

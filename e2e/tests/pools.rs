@@ -10,13 +10,18 @@
 //!    the drain visible in status and Events;
 //! 4. a host whose data NIC reaches nobody: its member is refused with the NIC message,
 //!    the pool stays healthy and the next host is used;
+//! 5. a weight source's agent is SIGKILLed during a joiner's sync (a group of its own,
+//!    the joiner's link shaped so the sync takes seconds): the joiner finishes from the
+//!    other source, with the right weights, and names the source it lost;
 //! 6. the operator is SIGKILLed mid scale-out and restarted: the scale-out completes;
 //! 9. 30 scale up/down cycles (20 measured after 10 warm-up) leave no Pods, processes,
 //!    communicators, fds, threads or memory behind;
 //! 8. a new weights version rolls member by member under load, no member mixing versions;
+//!    afterwards the agents remove the versions no group links any more;
 //! 7. (last) a serving host is cut off: its members are replaced elsewhere, traffic
-//!    continues. Last, because an agent whose host comes back is not yet proven to pick
-//!    up new members promptly (its API watch may sit on a dead connection).
+//!    continues; once it is restored and its links are seen up, members placed there
+//!    (decode → 8 fills every free device) become Ready: its agent, whose API connections
+//!    died with the cut, picks them up.
 //!
 //! Needs root (network namespaces) and the cached control-plane binaries; skips with a
 //! message otherwise. The testbed runs the agent, operator, worker and router from
@@ -28,7 +33,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use hcomm_crds::HcommGroup;
-use hcomm_e2e::testbed::{LoadOptions, LoadRun, LoadStats, MemberPod, Testbed, TestbedOptions};
+use hcomm_e2e::hosts::Shaping;
+use hcomm_e2e::testbed::{
+    LoadOptions, LoadRun, LoadStats, MemberPod, PoolCopy, Testbed, TestbedOptions, Timeline,
+};
 use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use kube::api::ListParams;
@@ -186,6 +194,13 @@ async fn run(bed: &mut Testbed) -> Result<()> {
     ensure!(drain_events > 0, "no drain Event");
     check_clean(&decode_load.latest(), "decode after scale-in")?;
 
+    // 5. A weight source's agent dies during a sync; the joiner finishes from the other.
+    source_killed_during_sync(bed, &timeline).await?;
+    check_clean(
+        &decode_load.latest(),
+        "decode while a weight source was killed",
+    )?;
+
     // 4. A host whose data NIC reaches nobody: the member placed there is refused, the
     //    next host is used. Placement fills host order, so the next joiner lands on the
     //    first host with free devices.
@@ -230,12 +245,16 @@ async fn run(bed: &mut Testbed) -> Result<()> {
             .await
             .with_context(|| format!("warm-up cycle {cycle}"))?;
     }
+    // Read after the connections of the last cycle's joins settle (probe, chunk-server
+    // and rendezvous connections close within a second or two): a leak is what stays.
+    tokio::time::sleep(SETTLE).await;
     let before = resources(bed).await?;
     for cycle in 0..CYCLES {
         scale_cycle(bed)
             .await
             .with_context(|| format!("cycle {cycle}"))?;
     }
+    tokio::time::sleep(SETTLE).await;
     let after = resources(bed).await?;
     eprintln!("scenario 9: before {before:?}\n            after  {after:?}");
     ensure!(
@@ -265,9 +284,11 @@ async fn run(bed: &mut Testbed) -> Result<()> {
         let a = after.procs.get(who).context("process gone")?;
         ensure!(
             a.fds <= b.fds + 8,
-            "{who}: open fds grew {} → {}",
+            "{who}: open fds grew {} → {} ({:?} → {:?})",
             b.fds,
-            a.fds
+            a.fds,
+            b.fd_kinds,
+            a.fd_kinds
         );
         ensure!(
             a.threads <= b.threads + 4,
@@ -331,6 +352,35 @@ async fn run(bed: &mut Testbed) -> Result<()> {
     }
     check_clean(&s, "decode during the rolling update")?;
     eprintln!("scenario 8: rolled 4 members to v2 in {:?}", t.elapsed());
+    // The agents remove what no link uses any more (grace 5 s here): v1 leaves every host
+    // where no group links it, and no host keeps a version nothing links.
+    let v1 = digest.trim_start_matches("sha256:");
+    let had_v1 = hosts_holding(bed, v1);
+    let t = Instant::now();
+    let unlinked = loop {
+        let unlinked = unlinked_versions(bed)?;
+        if unlinked.is_empty() {
+            break unlinked;
+        }
+        if t.elapsed() > Duration::from_secs(30) {
+            break unlinked;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    ensure!(
+        unlinked.is_empty(),
+        "versions no link uses, 30 s after the roll: {unlinked:?}"
+    );
+    let has_v1 = hosts_holding(bed, v1);
+    ensure!(
+        has_v1.len() < had_v1.len(),
+        "v1 removed from no host: held by {had_v1:?} before, {has_v1:?} after"
+    );
+    eprintln!(
+        "scenario 8: v1 removed from {} host(s) within {:?} (still linked on {has_v1:?})",
+        had_v1.len() - has_v1.len(),
+        t.elapsed()
+    );
 
     // 7. A serving host is cut off: the other members' probes find it down, the operator
     //    replaces its members elsewhere, traffic continues on the others.
@@ -377,11 +427,192 @@ async fn run(bed: &mut Testbed) -> Result<()> {
     bed.hosts().restore_all(victim_host)?;
     check_clean(&decode_load.latest(), "decode after a host was cut off")?;
 
+    // 7b. The host comes back: once its links are seen up again, new members are placed
+    //     there and its agent (whose API connections died with the cut) picks them up.
+    //     decode → 8 fills every free device, the restored host's two included.
+    let t = Instant::now();
+    let deadline = t + POOL_WAIT;
+    loop {
+        let links = groups
+            .get("decode")
+            .await?
+            .status
+            .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "LinksHealthy"));
+        if links.as_ref().is_some_and(|c| c.status == "True") {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "LinksHealthy not True {POOL_WAIT:?} after {victim_node} came back: {links:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let links_back = t.elapsed();
+    bed.scale("decode", 8)?;
+    let filled = bed.wait_pool_ready(NS, "decode", 8, POOL_WAIT).await?;
+    let on_restored = filled.iter().filter(|m| m.node == victim_node).count();
+    ensure!(
+        on_restored == 2,
+        "{victim_node} should host 2 of the 8 members: {filled:?}"
+    );
+    eprintln!(
+        "scenario 7: {victim_node} restored; links up after {links_back:?}, 8 members Ready (2 there) after {:?}",
+        t.elapsed()
+    );
+    wait_served(&decode_load, &filled, 3).await?;
+    check_clean(&decode_load.latest(), "decode on the restored host")?;
+
     let decode_stats = decode_load.stop().await?;
     let prefill_stats = prefill_load.stop().await?;
     check_clean(&decode_stats, "decode, whole run")?;
     check_clean(&prefill_stats, "prefill, whole run")?;
     Ok(())
+}
+
+/// Scenario 5's group: one member per host (both devices), its own weights, which no
+/// host holds yet, so the joiner really transfers them.
+const SPARE: &str = "spare";
+/// Its weights set and the joiner's data link rate while it syncs: 64 MiB at 100 Mbit/s
+/// take about 5.6 s, and the source is killed ~1.5 s in.
+const SPARE_MIB: u64 = 64;
+const SYNC_MBIT: u32 = 100;
+const KILL_AFTER: Duration = Duration::from_millis(1500);
+
+/// Scenario 5: group `spare` with two members (the sources) under load; a third member
+/// joins on the last empty host, whose data link is shaped so the sync takes seconds;
+/// one source's agent is SIGKILLed part-way. The joiner must finish its sync from the
+/// other source and say which source it lost; once the agent is back (its member was
+/// replaced meanwhile), the joiner — the same Pod — becomes Ready and answers with the
+/// right digest. Then the group is removed.
+async fn source_killed_during_sync(bed: &mut Testbed, timeline: &Timeline) -> Result<()> {
+    let models = bed.dir().join("models/spare");
+    let digest = hcomm_e2e::testbed::weights::generate(&models, SPARE_MIB, 5)?;
+    bed.apply_pool_copy(&PoolCopy {
+        example: "examples/decode-pool.yaml",
+        name: SPARE,
+        replicas: 2,
+        devices_per_member: 2,
+        weights_source: &models,
+        digest: &digest,
+    })?;
+    let sources = bed.wait_pool_ready(NS, SPARE, 2, POOL_WAIT).await?;
+    let load = bed.start_load(&LoadOptions {
+        service: SPARE.into(),
+        namespace: NS.into(),
+        concurrency: 4,
+        tokens: 3,
+        expect_digests: vec![digest.clone()],
+    })?;
+    wait_served(&load, &sources, 3).await?;
+
+    // The joiner can only land on a host without members: shape those.
+    let mut busy = Vec::new();
+    for group in ["prefill", "decode", SPARE] {
+        busy.extend(bed.members(NS, group).await?.into_iter().map(|m| m.node));
+    }
+    let empty: Vec<usize> = bed
+        .hosts()
+        .hosts()
+        .iter()
+        .filter(|h| !busy.iter().any(|n| n == h.name()))
+        .map(|h| h.index())
+        .collect();
+    ensure!(!empty.is_empty(), "no empty host for the joiner: {busy:?}");
+    for &h in &empty {
+        bed.hosts().shape(h, Shaping::rate(SYNC_MBIT))?;
+    }
+
+    bed.scale(SPARE, 3)?;
+    let deadline = Instant::now() + POOL_WAIT;
+    let joiner = loop {
+        let joiner = bed
+            .members(NS, SPARE)
+            .await?
+            .into_iter()
+            .find(|m| !sources.iter().any(|s| s.uid == m.uid));
+        if let Some(j) = joiner
+            && timeline
+                .member(&j.name)
+                .is_some_and(|m| m.verified.is_some())
+        {
+            break j;
+        }
+        ensure!(Instant::now() < deadline, "no verified joiner in {SPARE}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tokio::time::sleep(KILL_AFTER).await;
+    let marks = timeline.member(&joiner.name).context("joiner marks")?;
+    ensure!(
+        marks.synced.is_none(),
+        "{} synced within {KILL_AFTER:?} of its verification; the sync was not slow enough to cut part-way: {marks:?}",
+        joiner.name
+    );
+    let victim: usize = sources[0].node.trim_start_matches("host-").parse()?;
+    let victim_ip = bed.hosts().host(victim)?.data_ip().to_string();
+    bed.kill_agent(victim);
+    let t = Instant::now();
+
+    let deadline = Instant::now() + POOL_WAIT;
+    while timeline
+        .member(&joiner.name)
+        .is_none_or(|m| m.synced.is_none())
+    {
+        ensure!(
+            Instant::now() < deadline,
+            "{}: weights not synced {POOL_WAIT:?} after its source {victim_ip} was killed: {:?}",
+            joiner.name,
+            timeline.member(&joiner.name)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "scenario 5: killed host-{victim}'s agent {KILL_AFTER:?} into {}'s sync; synced {:?} later",
+        joiner.name,
+        t.elapsed()
+    );
+    let events: Api<Event> = Api::namespaced(bed.client().await?, NS);
+    let lost = events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("WeightsSourceLost"))
+        .filter_map(|e| e.message)
+        .find(|m| m.contains(&victim_ip));
+    ensure!(
+        lost.is_some(),
+        "no WeightsSourceLost Event names the killed source {victim_ip}"
+    );
+    for &h in &empty {
+        bed.hosts().shape(h, Shaping::default())?;
+    }
+    // The domain of the new epoch needs every member: the source on the killed agent's
+    // host is replaced there (its links are down), and joins once the agent is back. The
+    // joiner waits for that rather than failing.
+    bed.restart_agent(victim)?;
+    let members = bed.wait_pool_ready(NS, SPARE, 3, POOL_WAIT).await?;
+    eprintln!(
+        "scenario 5: {SPARE} Ready again {:?} after the kill: {members:?}",
+        t.elapsed()
+    );
+    let served_joiner: Vec<MemberPod> = members
+        .into_iter()
+        .filter(|m| m.uid == joiner.uid)
+        .collect();
+    ensure!(
+        served_joiner.len() == 1,
+        "the joiner {} was replaced instead of finishing",
+        joiner.name
+    );
+    wait_served(&load, &served_joiner, 3).await?;
+    check_clean(&load.stop().await?, "spare, through the killed source")?;
+
+    bed.kubectl(&[
+        "delete",
+        &format!("hcg/{SPARE}"),
+        &format!("service/{SPARE}"),
+    ])?;
+    wait_members(bed, SPARE, 0).await
 }
 
 fn check_clean(s: &LoadStats, when: &str) -> Result<()> {
@@ -400,6 +631,9 @@ fn check_clean(s: &LoadStats, when: &str) -> Result<()> {
     );
     Ok(())
 }
+
+/// Pause before each resource reading of scenario 9.
+const SETTLE: Duration = Duration::from_secs(3);
 
 /// Scale-up/down cycles for scenario 9 before measuring, and then measured.
 const WARM_UP_CYCLES: usize = 10;
@@ -466,9 +700,46 @@ async fn first_free_host(
         .context("no host with a free device")
 }
 
+/// The hosts whose weight store holds version `hex`.
+fn hosts_holding(bed: &Testbed, hex: &str) -> Vec<usize> {
+    (0..bed.hosts().len())
+        .filter(|&i| bed.weights_dir(i).join("versions").join(hex).is_dir())
+        .collect()
+}
+
+/// `(host, version)` of every version in a store that no link in that store points at.
+fn unlinked_versions(bed: &Testbed) -> Result<Vec<(usize, String)>> {
+    let mut out = Vec::new();
+    for i in 0..bed.hosts().len() {
+        let root = bed.weights_dir(i);
+        let mut linked = Vec::new();
+        let groups = root.join("groups");
+        let links = std::fs::read_dir(&groups)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join("current"))
+            .chain([root.join("current")]);
+        for link in links {
+            if let Ok(target) = std::fs::read_link(&link) {
+                linked.extend(target.file_name().map(|n| n.to_string_lossy().into_owned()));
+            }
+        }
+        for entry in std::fs::read_dir(root.join("versions"))?.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !linked.contains(&name) {
+                out.push((i, name));
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[derive(Debug)]
 struct ProcUsage {
     fds: usize,
+    /// Open fds by kind (`socket`, `pipe`, `anon_inode:[eventpoll]`, `file`, ...).
+    fd_kinds: BTreeMap<String, usize>,
     threads: usize,
     rss_kib: u64,
 }
@@ -515,7 +786,20 @@ async fn resources(bed: &Testbed) -> Result<Resources> {
 }
 
 fn usage(pid: u32) -> Result<ProcUsage> {
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count();
+    let mut fd_kinds: BTreeMap<String, usize> = BTreeMap::new();
+    let mut fds = 0;
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))?.flatten() {
+        fds += 1;
+        let target = std::fs::read_link(entry.path())
+            .map(|t| t.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let kind = match target.split_once(':') {
+            Some((k, rest)) if k == "anon_inode" => format!("{k}:{rest}"),
+            Some((k, _)) => k.to_owned(),
+            None => "file".to_owned(),
+        };
+        *fd_kinds.entry(kind).or_default() += 1;
+    }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let field = |name: &str| -> u64 {
         status
@@ -526,6 +810,7 @@ fn usage(pid: u32) -> Result<ProcUsage> {
     };
     Ok(ProcUsage {
         fds,
+        fd_kinds,
         threads: field("Threads:") as usize,
         rss_kib: field("VmRSS:"),
     })

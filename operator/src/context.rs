@@ -26,6 +26,10 @@ pub struct Context {
     /// give a new member the same free device; with it, the second reads the first's
     /// Pods (lists are served from etcd, not a cache).
     pub placement: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// Per group (`namespace/name`), its members' recent failures (see `crate::backoff`).
+    pub backoff: std::sync::Arc<
+        std::sync::Mutex<std::collections::HashMap<String, crate::backoff::FailureBackoff>>,
+    >,
 }
 
 impl Context {
@@ -48,6 +52,42 @@ impl Context {
             namespace,
             links: LinkPolicy::default(),
             placement: std::sync::Arc::new(tokio::sync::Mutex::new(())),
+            backoff: std::sync::Arc::default(),
         }
+    }
+
+    /// Counts the group's newly failed members and returns when new members may be
+    /// created again (None: now). A deleted group's history goes with it.
+    pub fn failure_backoff(
+        &self,
+        group: &hcomm_crds::HcommGroup,
+        observed: &crate::observe::Observed,
+        now: k8s_openapi::jiff::Timestamp,
+    ) -> Option<k8s_openapi::jiff::Timestamp> {
+        use kube::{Resource, ResourceExt};
+        let key = format!(
+            "{}/{}",
+            group.namespace().unwrap_or_default(),
+            group.name_any()
+        );
+        let mut all = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+        if group.meta().deletion_timestamp.is_some() {
+            all.remove(&key);
+            return None;
+        }
+        let failed: Vec<String> = observed
+            .members
+            .iter()
+            .filter(|m| m.failed)
+            .map(|m| m.name.clone())
+            .collect();
+        let entry = all.entry(key).or_default();
+        if entry.observe(&failed, now) && entry.failures() > 1 {
+            tracing::warn!(
+                failures = entry.failures(),
+                "members keep failing; new members are delayed"
+            );
+        }
+        entry.new_members_after(now)
     }
 }

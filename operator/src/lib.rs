@@ -10,6 +10,7 @@
 //! [`leader`] makes sure only one replica acts; [`metrics`] serves Prometheus metrics.
 
 pub mod apply;
+pub mod backoff;
 pub mod config;
 pub mod context;
 pub mod error;

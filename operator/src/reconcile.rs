@@ -63,7 +63,8 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
     let now = Timestamp::now();
     fail_isolated_members(&mut observed, ctx.links, now);
     let invalid = validate(group).err();
-    let input = plan_input(group, &observed, invalid.is_some() && !deleting, now);
+    let mut input = plan_input(group, &observed, invalid.is_some() && !deleting, now);
+    input.new_members_after = ctx.failure_backoff(group, &observed, now);
     let plan = planner::plan(&input);
     tracing::Span::current().record("epoch", plan.epoch);
     let outcome = apply::apply(ctx, group, &observed, &plan).await?;
@@ -200,6 +201,7 @@ pub fn plan_input(
         used_devices: observed.used_devices.clone(),
         recorded: observed.recorded.clone(),
         avoid_nodes: observe::avoid_nodes(group).into_iter().collect(),
+        new_members_after: None,
         now,
     }
 }

@@ -20,6 +20,25 @@ pub enum NicKind {
     Ordinary,
 }
 
+/// Whether `a` and `b` share their first `prefix` bits (pure; false across families).
+fn same_prefix(a: IpAddr, b: IpAddr, prefix: u8) -> bool {
+    match (a, b) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            let mask = u32::MAX
+                .checked_shl(32 - u32::from(prefix.min(32)))
+                .unwrap_or(0);
+            u32::from(a) & mask == u32::from(b) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => {
+            let mask = u128::MAX
+                .checked_shl(128 - u32::from(prefix.min(128)))
+                .unwrap_or(0);
+            u128::from(a) & mask == u128::from(b) & mask
+        }
+        _ => false,
+    }
+}
+
 /// One address of an interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IfAddr {
@@ -48,9 +67,18 @@ impl Nic {
             .map(|a| a.ip)
     }
 
-    /// Whether the interface holds `ip`.
+    /// Whether the interface holds `ip`. On the loopback interface that is every address
+    /// of its loopback prefixes: Linux answers all of `127.0.0.1/8` locally and lets a
+    /// process bind any of them without configuring it — which is how hosts simulated on
+    /// loopback addresses (`127.18.0.10`, ...) get distinct data addresses without root.
     pub fn holds(&self, ip: IpAddr) -> bool {
-        self.addrs.iter().any(|a| a.ip == ip)
+        self.addrs.iter().any(|a| {
+            a.ip == ip
+                || (self.kind == NicKind::Loopback
+                    && a.ip.is_loopback()
+                    && ip.is_loopback()
+                    && same_prefix(a.ip, ip, a.prefix))
+        })
     }
 
     /// A test fixture: an up, ordinary interface with one IPv4 /24 address.
@@ -216,6 +244,24 @@ mod tests {
         assert_eq!(nics[1].addrs.len(), 2);
         assert!(!nics[2].up, "no carrier is down");
         assert_eq!(nics[3].kind, NicKind::Virtual);
+    }
+
+    #[test]
+    fn the_loopback_interface_holds_its_whole_loopback_prefix_and_others_only_their_addresses() {
+        let nics = parse_ip_json(IP_JSON);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(nics[0].holds(ip("127.0.0.1")));
+        assert!(
+            nics[0].holds(ip("127.18.0.10")),
+            "all of 127/8 is local on lo"
+        );
+        assert!(!nics[0].holds(ip("198.18.0.10")));
+        assert!(nics[1].holds(ip("198.18.0.10")));
+        assert!(
+            !nics[1].holds(ip("198.18.0.11")),
+            "a peer in the subnet is not ours"
+        );
+        assert!(!nics[1].holds(ip("127.18.0.10")));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Reading the member's group and its current rank table from the API server.
 
-use hcomm_crds::{CommSpec, HcommGroup, ScalingSpec, WeightsSpec};
+use hcomm_crds::{CommSpec, HcommGroup, MemberPhase, ScalingSpec, WeightsSpec};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 
@@ -17,6 +17,25 @@ pub struct GroupView {
     pub epoch: u64,
     pub rank_table: Option<String>,
     pub devices_per_member: u32,
+    /// Every member in the group's status with its phase.
+    pub members: Vec<(String, MemberPhase)>,
+}
+
+/// The other members still on their way to the domain — not yet verified or still
+/// syncing weights (pure). While any is, a domain of the new epoch cannot form, and a
+/// member's join that timed out waiting for them is not a failure.
+pub fn still_arriving(view: &GroupView, me: &str) -> Vec<String> {
+    view.members
+        .iter()
+        .filter(|(name, phase)| {
+            name != me
+                && matches!(
+                    phase,
+                    MemberPhase::Pending | MemberPhase::Verifying | MemberPhase::Syncing
+                )
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 /// Fetches the group.
@@ -35,6 +54,11 @@ pub async fn fetch_group(client: &kube::Client, namespace: &str, name: &str) -> 
         epoch: u64::try_from(status.epoch).unwrap_or(0),
         rank_table: status.rank_table,
         devices_per_member: u32::try_from(g.spec.devices_per_member).unwrap_or(1),
+        members: status
+            .members
+            .iter()
+            .map(|m| (m.name.clone(), m.phase))
+            .collect(),
     })
 }
 
@@ -77,6 +101,25 @@ pub fn parse_config_map(cm: &ConfigMap) -> std::result::Result<(RankTable, u64),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn members_before_joining_are_still_arriving_but_not_this_one() {
+        let view = GroupView {
+            members: vec![
+                ("me".into(), MemberPhase::Syncing),
+                ("a".into(), MemberPhase::Pending),
+                ("b".into(), MemberPhase::Verifying),
+                ("c".into(), MemberPhase::Syncing),
+                ("d".into(), MemberPhase::Joining),
+                ("e".into(), MemberPhase::Ready),
+                ("f".into(), MemberPhase::Failed),
+                ("g".into(), MemberPhase::Draining),
+            ],
+            ..GroupView::default()
+        };
+        assert_eq!(still_arriving(&view, "me"), ["a", "b", "c"]);
+        assert!(still_arriving(&GroupView::default(), "me").is_empty());
+    }
 
     #[test]
     fn the_config_map_gives_table_and_epoch() {

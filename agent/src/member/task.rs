@@ -17,7 +17,7 @@ use tracing::Instrument;
 
 use super::conditions;
 use super::domain::{Domain, DomainTimeouts};
-use super::group::{GroupView, fetch_group, fetch_rank_table};
+use super::group::{GroupView, fetch_group, fetch_rank_table, still_arriving};
 use super::ranktable::{ControlPlan, RankTable};
 use super::spec::MemberSpec;
 use super::state::{Action, CondUpdate, Event, Phase, WorkerNotice, step};
@@ -42,7 +42,21 @@ struct Run {
     drain_seen: bool,
     failures: u32,
     weights_path: Option<String>,
+    /// The Pod as the driver last saw it (read, never marked seen: `main` owns that).
+    spec_rx: watch::Receiver<Option<MemberSpec>>,
 }
+
+/// Why [`Run::join_when_all_arrive`] gave up.
+enum JoinStop {
+    /// The domain could not be built.
+    Failed(hcomm_comm::CommError),
+    /// The group planned a newer epoch (with this member in it) while this one waited.
+    EpochMoved(u64),
+}
+
+/// How long a join keeps waiting for members still verifying or syncing weights (see
+/// [`Run::join_when_all_arrive`]); a sync of a large model over a slow link takes minutes.
+const ARRIVAL_WAIT: Duration = Duration::from_secs(30 * 60);
 
 /// Runs a member until its Pod is gone. `spec` yields None when the Pod is deleted.
 pub async fn run_member(ctx: Arc<Context>, mut spec: watch::Receiver<Option<MemberSpec>>) {
@@ -64,6 +78,7 @@ pub async fn run_member(ctx: Arc<Context>, mut spec: watch::Receiver<Option<Memb
         drain_seen: false,
         failures: 0,
         weights_path: None,
+        spec_rx: spec.clone(),
     };
     ctx.metrics.phase_change(None, &run.phase);
     async move {
@@ -385,6 +400,10 @@ impl Run {
     }
 
     async fn join(&mut self, epoch: u64) -> Event {
+        // The table read before a long sync may be old: join the epoch planned now.
+        if let Err(e) = self.refresh().await {
+            tracing::debug!(error = %e, "refresh failed; joining with the last rank table");
+        }
         let epoch = epoch.max(self.planned_epoch());
         tracing::Span::current().record("epoch", epoch);
         let Some((table, _)) = self.table.clone() else {
@@ -426,8 +445,7 @@ impl Run {
                 self.ctx.metrics.clone(),
             ));
         }
-        let domain = self.domain.as_mut().expect("set above");
-        match domain.join(&plan, epoch).await {
+        match self.join_when_all_arrive(&plan, epoch).await {
             Ok(()) => {
                 tracing::info!(
                     epoch,
@@ -443,11 +461,74 @@ impl Run {
                 }
                 Event::Joined { epoch }
             }
-            Err(e) => Event::JoinFailed {
+            Err(JoinStop::EpochMoved(next)) => {
+                tracing::info!(
+                    epoch,
+                    next,
+                    "the group moved on before the domain formed; joining its new epoch"
+                );
+                Event::EpochPlanned { epoch: next }
+            }
+            Err(JoinStop::Failed(e)) => Event::JoinFailed {
                 epoch,
                 message: e.to_string(),
             },
         }
+    }
+
+    /// Builds the domain of `epoch`. A domain forms only once every member of the new set
+    /// is in it, and members still verifying or syncing weights may take longer than one
+    /// init deadline (2 × `connectTimeoutSeconds`): a Rebuild's member whose weights are
+    /// local would otherwise fail its join and, with it, the whole new set. An init that
+    /// timed out while the group's status shows others still on their way is therefore
+    /// begun again (bounded by [`ARRIVAL_WAIT`]); one that failed otherwise, or after the
+    /// others arrived, fails. If the group planned a newer epoch meanwhile (a member of
+    /// this one was replaced), the member joins that one instead of failing. A drain or
+    /// deletion of this member ends the wait.
+    async fn join_when_all_arrive(
+        &mut self,
+        plan: &ControlPlan,
+        epoch: u64,
+    ) -> std::result::Result<(), JoinStop> {
+        let started = std::time::Instant::now();
+        loop {
+            let domain = self.domain.as_mut().expect("created by join");
+            let err = match domain.join(plan, epoch).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if self.leaving() {
+                return Err(JoinStop::Failed(err));
+            }
+            if let Err(e) = self.refresh().await {
+                tracing::debug!(error = %e, "refresh failed; keeping the last group view");
+            }
+            // A member of this epoch was replaced meanwhile: this epoch can never form.
+            if self.planned_epoch() > epoch && self.in_table() {
+                return Err(JoinStop::EpochMoved(self.planned_epoch()));
+            }
+            let arriving = still_arriving(&self.group, &self.spec.pod);
+            if !matches!(err.category(), "timeout" | "unreachable")
+                || started.elapsed() > ARRIVAL_WAIT
+                || arriving.is_empty()
+                || self.planned_epoch() != epoch
+            {
+                return Err(JoinStop::Failed(err));
+            }
+            tracing::info!(
+                epoch,
+                ?arriving,
+                "the domain is waiting for members still verifying or syncing; initialising again"
+            );
+        }
+    }
+
+    /// Whether this member's Pod is being drained or deleted (or is gone).
+    fn leaving(&self) -> bool {
+        self.spec_rx
+            .borrow()
+            .as_ref()
+            .is_none_or(|s| s.deleting || s.drain_requested.is_some())
     }
 
     /// With `hcomm.io/worker-readiness: local-api`, waits until the worker reports that it

@@ -98,13 +98,36 @@ pub async fn verify(
             .into_iter()
             .filter_map(|n| Some((n.name.clone(), n.primary_ip()?)))
             .collect();
-    // Primary and alternative probes run together, so the whole check takes one timeout.
-    let primary = probe_all(&chosen.name, chosen.ip, &targets, &secret, timeout);
-    let others = futures::future::join_all(
-        alts.iter()
-            .map(|(name, ip)| probe_all(name, *ip, &targets, &secret, timeout)),
-    );
-    let (probes, others) = tokio::join!(primary, others);
+    // Primary and alternative probes run together, so a failed check takes one timeout.
+    // The alternatives only explain a failure: when every primary probe succeeds they are
+    // not waited for (an interface that cannot reach the data network at all — a
+    // management NIC — would otherwise cost a whole timeout on every verification).
+    let (probes, others) = {
+        let mut primary = std::pin::pin!(probe_all(
+            &chosen.name,
+            chosen.ip,
+            &targets,
+            &secret,
+            timeout
+        ));
+        let mut others = std::pin::pin!(futures::future::join_all(
+            alts.iter()
+                .map(|(name, ip)| probe_all(name, *ip, &targets, &secret, timeout)),
+        ));
+        let mut others_done = None;
+        let probes = loop {
+            tokio::select! {
+                p = &mut primary => break p,
+                o = &mut others, if others_done.is_none() => others_done = Some(o),
+            }
+        };
+        let others = match others_done {
+            Some(o) => o,
+            None if probes.iter().all(|p| p.ok()) => Vec::new(),
+            None => others.await,
+        };
+        (probes, others)
+    };
     let failed: Vec<&str> = probes
         .iter()
         .filter(|p| !p.ok())

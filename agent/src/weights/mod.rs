@@ -57,6 +57,7 @@ mod conn;
 pub mod digest;
 pub mod error;
 pub mod fetch;
+pub mod gc;
 pub mod generate;
 pub mod link;
 pub mod manifest;

@@ -24,7 +24,7 @@
 //! still being fetched — that is what lets joiners serve each other) is located by digest
 //! and re-read from disk for every request.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{FileExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
@@ -34,8 +34,11 @@ use std::sync::{Arc, Mutex};
 use super::bitset::ChunkBits;
 use super::digest::Digest;
 use super::error::{Result, Subject, WeightsError, io_at};
-use super::link::{CURRENT_LINK, CurrentLink};
+use super::link::{CURRENT_LINK, CurrentLink, GROUPS_DIR};
 use super::manifest::{ChunkTable, Manifest};
+
+/// Prefix of a version directory being removed (renamed into `staging/`).
+const REMOVING: &str = ".removing-";
 
 /// A handle on a node's weight store (cheap to clone; all clones share state).
 #[derive(Debug, Clone)]
@@ -47,6 +50,9 @@ pub struct WeightStore {
 struct Inner {
     root: PathBuf,
     sets: Mutex<HashMap<Digest, Arc<WeightSet>>>,
+    /// Held while a link moves and while an unused version is removed, so a version is
+    /// never removed between a check that nothing links it and a link moving onto it.
+    links: Mutex<()>,
 }
 
 /// One weights set known to the store, complete or being fetched.
@@ -94,8 +100,17 @@ impl WeightStore {
             inner: Arc::new(Inner {
                 root,
                 sets: Mutex::new(HashMap::new()),
+                links: Mutex::new(()),
             }),
         };
+        // Removals interrupted by a crash (see `remove_unused`).
+        let staging = store.inner.root.join("staging");
+        for entry in fs::read_dir(&staging).map_err(io_at("read directory", &staging))? {
+            let entry = entry.map_err(io_at("read directory", &staging))?;
+            if entry.file_name().to_string_lossy().starts_with(REMOVING) {
+                let _ = fs::remove_dir_all(entry.path());
+            }
+        }
         let versions = store.inner.root.join("versions");
         for entry in fs::read_dir(&versions).map_err(io_at("read directory", &versions))? {
             let entry = entry.map_err(io_at("read directory", &versions))?;
@@ -192,15 +207,7 @@ impl WeightStore {
 
     /// Where a verified chunk with this digest can be read, in any known set.
     pub fn locate(&self, chunk: &Digest) -> Option<ChunkLocation> {
-        let sets: Vec<_> = self
-            .inner
-            .sets
-            .lock()
-            .expect("store lock")
-            .values()
-            .cloned()
-            .collect();
-        sets.iter().find_map(|s| {
+        self.sets().iter().find_map(|s| {
             let index = s.table.index_of(chunk)?;
             let st = s.state.lock().expect("set lock");
             if !st.verified.get(index) {
@@ -231,6 +238,7 @@ impl WeightStore {
     /// touched.
     pub fn activate(&self, digest: &Digest, link: &CurrentLink) -> Result<PathBuf> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
+        let _links = self.inner.links.lock().unwrap_or_else(|p| p.into_inner());
         if !self.is_complete(digest) {
             return Err(WeightsError::Invalid(format!(
                 "set {digest} is not complete in this store"
@@ -250,6 +258,66 @@ impl WeightStore {
         fs::rename(&tmp, &path).map_err(io_at("rename", &path))?;
         sync_dir(dir)?;
         Ok(path)
+    }
+
+    /// The complete sets (installed under `versions/`).
+    pub fn complete_versions(&self) -> BTreeSet<Digest> {
+        self.sets()
+            .iter()
+            .filter(|s| s.state.lock().expect("set lock").complete)
+            .map(|s| s.digest)
+            .collect()
+    }
+
+    /// The sets some link points at: the store-wide `current` and every group's.
+    pub fn linked_versions(&self) -> Result<BTreeSet<Digest>> {
+        let mut out: BTreeSet<Digest> = self.current()?.into_iter().collect();
+        let groups = self.inner.root.join(GROUPS_DIR);
+        let entries = match fs::read_dir(&groups) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(WeightsError::io("read directory", Some(groups), e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(io_at("read directory", &groups))?;
+            let link = entry.path().join(CURRENT_LINK);
+            match fs::read_link(&link) {
+                Ok(target) => out.extend(
+                    target
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .and_then(|n| Digest::from_hex(n).ok()),
+                ),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(WeightsError::io("read link", Some(link), e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes a complete set no link points at: it is no longer served, its directory is
+    /// renamed out of `versions/` (atomic) and deleted, its manifest with it. Returns
+    /// false, touching nothing, if a link points at it or it is not complete. Blocking.
+    pub fn remove_unused(&self, digest: &Digest) -> Result<bool> {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let _links = self.inner.links.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.is_complete(digest) || self.linked_versions()?.contains(digest) {
+            return Ok(false);
+        }
+        self.inner.sets.lock().expect("store lock").remove(digest);
+        let version = self.version_dir(digest);
+        let doomed = self.inner.root.join("staging").join(format!(
+            "{REMOVING}{}-{}-{}",
+            digest.hex(),
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::rename(&version, &doomed).map_err(io_at("rename", &version))?;
+        sync_dir(&self.inner.root.join("versions"))?;
+        let manifest = self.manifest_path(digest);
+        let _ = fs::remove_file(&manifest);
+        fs::remove_dir_all(&doomed).map_err(io_at("remove directory", &doomed))?;
+        Ok(true)
     }
 
     /// Installs the first members' copy and points the store-wide `current` at it (see
@@ -293,6 +361,17 @@ impl WeightStore {
         let set = self.register(*expected, manifest, bytes, false, staging, files);
         set.state.lock().expect("set lock").verified = ChunkBits::full(n);
         self.finalize(&set)
+    }
+
+    /// A snapshot of the known sets (the store lock is not held while they are looked at).
+    fn sets(&self) -> Vec<Arc<WeightSet>> {
+        self.inner
+            .sets
+            .lock()
+            .expect("store lock")
+            .values()
+            .cloned()
+            .collect()
     }
 
     fn set(&self, digest: &Digest) -> Option<Arc<WeightSet>> {

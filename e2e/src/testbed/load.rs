@@ -117,6 +117,10 @@ impl Testbed {
         if !options.expect_digests.is_empty() {
             cmd.args(["--expect-digest", &options.expect_digests.join(",")]);
         }
+        if !self.hosts.is_isolated() {
+            // The EndpointSlice API refuses loopback Pod addresses.
+            cmd.args(["--discovery", "pods"]);
+        }
         cmd.env("KUBECONFIG", self.cp.kubeconfig_path())
             .env("RUST_LOG", "info,kube=warn")
             .stdin(Stdio::null())

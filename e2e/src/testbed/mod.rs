@@ -33,7 +33,7 @@ use kube::Api;
 pub use error::{Error, Result};
 pub use kubelet::{Kubelet, KubeletConfig, NodeRoot, ProcessInfo};
 pub use load::{LoadOptions, LoadRun, LoadStats, PodStats};
-pub use pools::MemberPod;
+pub use pools::{MemberPod, PoolCopy};
 pub use timeline::{MemberMarks, Timeline};
 
 use crate::chart;
@@ -51,8 +51,22 @@ pub struct TestbedOptions {
     pub data_shaping: Shaping,
     /// The agents' health probe interval.
     pub health_interval: Duration,
-    /// Use loopback hosts when network namespaces cannot be made (not root).
-    pub allow_loopback: bool,
+    /// Network namespaces, loopback addresses, or namespaces when permitted.
+    pub hosts_mode: HostsMode,
+    /// How long the agents keep a weights version no link uses (`--weights-gc-grace-secs`).
+    pub weights_gc_grace: Duration,
+}
+
+/// What the simulated hosts are made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostsMode {
+    /// Network namespaces with their own NICs (needs root); an error without them.
+    Namespaces,
+    /// Namespaces when they can be made, else loopback addresses (what `cargo demo`
+    /// does for a user who is not root).
+    NamespacesOrLoopback,
+    /// Loopback addresses even where namespaces could be made (tests that path as root).
+    Loopback,
 }
 
 impl Default for TestbedOptions {
@@ -62,7 +76,8 @@ impl Default for TestbedOptions {
             devices_per_host: 2,
             data_shaping: Shaping::default(),
             health_interval: Duration::from_secs(1),
-            allow_loopback: false,
+            hosts_mode: HostsMode::Namespaces,
+            weights_gc_grace: Duration::from_secs(5),
         }
     }
 }
@@ -92,15 +107,20 @@ impl Testbed {
     /// Builds hosts, control plane, chart, agents, operator and kubelet, and waits until
     /// every host's `HcommNode` is published.
     pub async fn start(options: TestbedOptions) -> Result<Testbed> {
-        let hosts = match SimHosts::create(
-            SimHostsOptions::new(options.hosts).data_shaping(options.data_shaping),
-        ) {
-            Ok(h) => h,
-            Err(e @ crate::hosts::Error::NotPermitted { .. }) if options.allow_loopback => {
-                tracing::warn!(error = %e, "no network namespaces: hosts run on loopback addresses");
-                SimHosts::loopback(options.hosts)?
-            }
-            Err(e) => return Err(e.into()),
+        let namespaces = || {
+            SimHosts::create(SimHostsOptions::new(options.hosts).data_shaping(options.data_shaping))
+        };
+        let hosts = match options.hosts_mode {
+            HostsMode::Namespaces => namespaces()?,
+            HostsMode::Loopback => SimHosts::loopback(options.hosts)?,
+            HostsMode::NamespacesOrLoopback => match namespaces() {
+                Ok(h) => h,
+                Err(e @ crate::hosts::Error::NotPermitted { .. }) => {
+                    tracing::warn!(error = %e, "no network namespaces: hosts run on loopback addresses");
+                    SimHosts::loopback(options.hosts)?
+                }
+                Err(e) => return Err(e.into()),
+            },
         };
         let hosts = Arc::new(hosts);
         let dir = std::env::temp_dir().join(format!("hcomm-testbed-{}", std::process::id()));
@@ -346,6 +366,10 @@ impl Testbed {
             .args(["--weights-port", &WEIGHTS_PORT.to_string()])
             .args(["--comm-port-base", &COMM_PORT_BASE.to_string()])
             .args(["--weights-dir", &weights.display().to_string()])
+            .args([
+                "--weights-gc-grace-secs",
+                &self.options.weights_gc_grace.as_secs_f64().to_string(),
+            ])
             .args([
                 "--probe-secret-file",
                 &self.secret_file.display().to_string(),

@@ -11,6 +11,7 @@ use hcomm_crds::contract::LABEL_GROUP;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
+use serde::Deserialize as _;
 
 use super::{Error, Result, Testbed};
 
@@ -21,6 +22,19 @@ pub const EXAMPLE_MANIFESTS: [&str; 2] =
 /// The workspace root (for the example manifests).
 pub fn workspace_root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+/// What [`Testbed::apply_pool_copy`] changes in an example pool.
+#[derive(Debug, Clone)]
+pub struct PoolCopy<'a> {
+    /// The example file, relative to the workspace root.
+    pub example: &'a str,
+    /// The copy's group and Service name.
+    pub name: &'a str,
+    pub replicas: u32,
+    pub devices_per_member: u32,
+    pub weights_source: &'a Path,
+    pub digest: &'a str,
 }
 
 /// A group's members as `kubectl get pods -l hcomm.io/group=<name>` lists them.
@@ -81,10 +95,32 @@ impl Testbed {
             let path = workspace_root().join(file);
             let text = std::fs::read_to_string(&path)
                 .map_err(Error::io(format!("read {}", path.display())))?;
-            all.push_str(&point_weights_at(&text, weights_source, digest));
+            let text = point_weights_at(&text, weights_source, digest);
+            all.push_str(&self.on_these_hosts(&text));
             all.push_str("\n---\n");
         }
         self.kubectl_apply(&all)
+    }
+
+    /// Applies a copy of an example pool under another name (for a scenario that needs a
+    /// group of its own): the `HcommGroup` and its Service renamed, the Service selecting
+    /// the new group, `replicas` and `devicesPerMember` set, the weights repointed.
+    pub fn apply_pool_copy(&self, copy: &PoolCopy<'_>) -> Result<String> {
+        let path = workspace_root().join(copy.example);
+        let text = std::fs::read_to_string(&path)
+            .map_err(Error::io(format!("read {}", path.display())))?;
+        let text = point_weights_at(&text, copy.weights_source, copy.digest);
+        self.kubectl_apply(&renamed_pool(&self.on_these_hosts(&text), copy)?)
+    }
+
+    /// The examples name the data NICs `data*` (`socketIfname: "data"`), as the namespace
+    /// hosts have them; loopback hosts have only `lo`.
+    fn on_these_hosts(&self, text: &str) -> String {
+        if self.hosts.is_isolated() {
+            text.to_owned()
+        } else {
+            socket_ifname(text, "lo")
+        }
     }
 
     /// `kubectl scale hcg/<group> --replicas=<n>`.
@@ -185,6 +221,51 @@ fn kubectl_result(what: &str, out: std::process::Output) -> Result<String> {
     }
 }
 
+/// The example's documents with the group and its Service renamed to `copy.name` (pure).
+fn renamed_pool(text: &str, copy: &PoolCopy<'_>) -> Result<String> {
+    use serde_yaml::Value;
+    let invalid = |what: String| Error::Io {
+        what: format!("copy of {}", copy.example),
+        source: std::io::Error::other(what),
+    };
+    let mut out = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        let mut v = Value::deserialize(doc).map_err(|e| invalid(e.to_string()))?;
+        let kind = v
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        v["metadata"]["name"] = copy.name.into();
+        match kind.as_str() {
+            "HcommGroup" => {
+                v["spec"]["replicas"] = copy.replicas.into();
+                v["spec"]["devicesPerMember"] = copy.devices_per_member.into();
+            }
+            "Service" => v["spec"]["selector"][LABEL_GROUP] = copy.name.into(),
+            other => return Err(invalid(format!("unexpected kind {other:?}"))),
+        }
+        out.push(serde_yaml::to_string(&v).map_err(|e| invalid(e.to_string()))?);
+    }
+    Ok(out.join("---\n"))
+}
+
+/// The manifest text with every `socketIfname:` set to `ifname` (pure).
+fn socket_ifname(text: &str, ifname: &str) -> String {
+    text.lines()
+        .map(|line| {
+            let trimmed = line.trim_start();
+            let indent = &line[..line.len() - trimmed.len()];
+            if trimmed.starts_with("socketIfname:") {
+                format!("{indent}socketIfname: \"{ifname}\"")
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The manifest text with the weights' `source:` and `digest:` replaced.
 fn point_weights_at(text: &str, dir: &Path, digest: &str) -> String {
     text.lines()
@@ -206,6 +287,40 @@ fn point_weights_at(text: &str, dir: &Path, digest: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pool_copy_renames_the_group_and_its_service_selector() {
+        let text = std::fs::read_to_string(workspace_root().join("examples/decode-pool.yaml"))
+            .expect("example");
+        let copy = PoolCopy {
+            example: "examples/decode-pool.yaml",
+            name: "spare",
+            replicas: 3,
+            devices_per_member: 2,
+            weights_source: Path::new("/m"),
+            digest: "sha256:ab",
+        };
+        let out = renamed_pool(&text, &copy).expect("copy");
+        let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&out)
+            .map(|d| serde::Deserialize::deserialize(d).expect("yaml"))
+            .collect();
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[0]["metadata"]["name"], "spare");
+        assert_eq!(docs[0]["spec"]["replicas"], 3);
+        assert_eq!(docs[0]["spec"]["devicesPerMember"], 2);
+        assert_eq!(docs[0]["spec"]["role"], "decode");
+        assert_eq!(docs[1]["metadata"]["name"], "spare");
+        assert_eq!(docs[1]["spec"]["selector"][LABEL_GROUP], "spare");
+    }
+
+    #[test]
+    fn loopback_hosts_get_lo_as_the_socket_interface() {
+        let text = "spec:\n  comm:\n    backend: tcp\n    socketIfname: \"data\"\n";
+        assert_eq!(
+            socket_ifname(text, "lo"),
+            "spec:\n  comm:\n    backend: tcp\n    socketIfname: \"lo\""
+        );
+    }
 
     #[test]
     fn only_the_weights_source_and_digest_are_repointed() {

@@ -60,6 +60,9 @@ pub struct PlanInput {
     pub recorded: Recorded,
     /// Nodes where members of this group failed recently.
     pub avoid_nodes: BTreeSet<String>,
+    /// No new member (replacement or scale-out) before this time: the group's members
+    /// keep failing (see `crate::backoff`).
+    pub new_members_after: Option<Timestamp>,
     /// The current time.
     pub now: Timestamp,
 }
@@ -232,7 +235,11 @@ pub fn plan(input: &PlanInput) -> Plan {
     let planned_names: BTreeSet<String> = members.iter().map(|m| m.name.clone()).collect();
 
     // 4. Drains and deletions of members outside the set.
-    let (delete, recheck_after) = removals(input);
+    let (delete, mut recheck_after) = removals(input);
+    if let Some(t) = input.new_members_after.filter(|t| input.now < *t) {
+        let wait = t.duration_since(input.now);
+        recheck_after = Some(recheck_after.map_or(wait, |r| r.min(wait)));
+    }
     Plan {
         epoch,
         changed: planned_names != input.recorded.members || epoch != input.recorded.epoch,
@@ -298,6 +305,9 @@ fn plan_joiners(
     let desired = &input.desired;
     let replicas = desired.replicas.max(0) as usize;
     if desired.deleting || kept.len() >= replicas {
+        return (Vec::new(), 0);
+    }
+    if input.new_members_after.is_some_and(|t| input.now < t) {
         return (Vec::new(), 0);
     }
     let need = replicas - kept.len();

@@ -79,6 +79,7 @@ impl World {
             used_devices: used,
             recorded: self.recorded.clone(),
             avoid_nodes: BTreeSet::new(),
+            new_members_after: None,
             now: self.now,
         }
     }
@@ -244,6 +245,30 @@ fn a_failed_member_is_drained_and_replaced_on_another_node() {
     world.apply(&replace);
     let next = plan(&world.input(&desired(1, 1)));
     assert_eq!(next.delete[0].reason, RemovalReason::NotServing);
+}
+
+#[test]
+fn while_failures_back_off_a_failed_member_is_drained_but_replaced_only_after_the_delay() {
+    let mut world = World::new(vec![node("a", "s0", 2), node("b", "s0", 2)]);
+    world.apply(&plan(&world.input(&desired(1, 1))));
+    world.members[0].failed = true;
+    world.members[0].running = true;
+    let mut input = world.input(&desired(1, 1));
+    input.new_members_after = Some(world.now + SignedDuration::from_secs(4));
+    let held = plan(&input);
+    assert_eq!(
+        held.drain,
+        vec!["g-0-e1".to_owned()],
+        "the failed one still goes"
+    );
+    assert_eq!(held.joiners().count(), 0, "no replacement before the delay");
+    assert_eq!(held.recheck_after, Some(SignedDuration::from_secs(4)));
+    input.now += SignedDuration::from_secs(4);
+    assert_eq!(
+        plan(&input).joiners().count(),
+        1,
+        "replaced once the delay is over"
+    );
 }
 
 #[test]

@@ -3,11 +3,15 @@
 //! ```text
 //! hcomm-router serve --service SVC [--namespace NS] [--listen 0.0.0.0:8000]
 //!     [--max-attempts 3] [--request-timeout 10s] [--connect-timeout 1s] [--attempt-timeout T]
+//!     [--discovery endpointslices|pods]
 //! hcomm-router load --service SVC [--namespace NS] [--concurrency 8] [--rate REQ_PER_S]
 //!     [--duration 30s] [--requests N] [--tokens 16] [--expect-digest sha256:...[,sha256:...]]
 //!     [--max-attempts 3] [--request-timeout 10s] [--connect-timeout 1s] [--attempt-timeout T]
 //!     [--wait-ready 30s] [--progress 1s] [--progress-format text|json] [--records FILE.jsonl]
+//!     [--discovery endpointslices|pods]
 //! ```
+//! `--discovery pods` follows the Service's Pods by their Ready condition instead of its
+//! EndpointSlices, for Pod addresses the EndpointSlice API refuses (loopback test hosts).
 //! Without `--duration` or `--requests`, `load` runs until SIGINT or SIGTERM.
 //! Kubernetes access: in-cluster config or `KUBECONFIG`. `--namespace` defaults to the
 //! config's namespace. `load` prints progress lines on stderr and one final JSON line
@@ -24,10 +28,12 @@ use hcomm_examples::proxy::{self, Proxy};
 use hcomm_examples::router::{self, Balancer, Dispatcher, HttpClient};
 
 const USAGE: &str = "usage:\n  hcomm-router serve --service SVC [--namespace NS] [--listen 0.0.0.0:8000] \
-[--max-attempts 3] [--request-timeout 10s] [--connect-timeout 1s] [--attempt-timeout T]\n  hcomm-router load --service SVC \
+[--max-attempts 3] [--request-timeout 10s] [--connect-timeout 1s] [--attempt-timeout T] \
+[--discovery endpointslices|pods]\n  hcomm-router load --service SVC \
 [--namespace NS] [--concurrency 8] [--rate REQ_PER_S] [--duration 30s] [--requests N] [--tokens 16] \
 [--expect-digest sha256:..[,..]] [--max-attempts 3] [--request-timeout 10s] [--connect-timeout 1s] [--attempt-timeout T] \
-[--wait-ready 30s] [--progress 1s] [--progress-format text|json] [--records FILE.jsonl]\n\
+[--wait-ready 30s] [--progress 1s] [--progress-format text|json] [--records FILE.jsonl] \
+[--discovery endpointslices|pods]\n\
 load runs until --duration, --requests, SIGINT or SIGTERM, then prints the final JSON stats line.";
 
 /// Flags both subcommands share: where the pool is and how requests are sent.
@@ -38,6 +44,7 @@ struct Common {
     request_timeout: Duration,
     connect_timeout: Duration,
     attempt_timeout: Option<Duration>,
+    discovery: router::Discovery,
 }
 
 impl Common {
@@ -53,6 +60,10 @@ impl Common {
                 .take_duration("connect-timeout")?
                 .unwrap_or(Duration::from_secs(1)),
             attempt_timeout: f.take_duration("attempt-timeout")?,
+            discovery: match f.take("discovery") {
+                Some(d) => d.parse().map_err(anyhow::Error::msg)?,
+                None => router::Discovery::EndpointSlices,
+            },
         })
     }
 
@@ -65,14 +76,14 @@ impl Common {
             .namespace
             .clone()
             .unwrap_or_else(|| client.default_namespace().to_owned());
-        let follower = router::follow(client, &ns, &self.service);
+        let follower = router::follow(client, &ns, &self.service, self.discovery);
         let mut dispatcher = Dispatcher::new(
             Balancer::new(follower.endpoints()),
             HttpClient::new(self.connect_timeout),
             self.max_attempts,
         );
         dispatcher.attempt_timeout = self.attempt_timeout;
-        tracing::info!(service = %self.service, namespace = %ns, "following EndpointSlices");
+        tracing::info!(service = %self.service, namespace = %ns, discovery = ?self.discovery, "following the Service");
         Ok((follower, dispatcher))
     }
 }

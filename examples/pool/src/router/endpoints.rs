@@ -1,9 +1,12 @@
-//! From EndpointSlices to the endpoints a router may send to: the pure part of following
-//! a Service, tested on its own.
+//! From EndpointSlices (or, where those cannot hold the Pods' addresses, the Pods
+//! themselves) to the endpoints a router may send to: the pure part of following a
+//! Service, tested on its own.
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 
 /// The label that ties an EndpointSlice to its Service.
@@ -83,10 +86,101 @@ pub fn ready_endpoints(slices: &[EndpointSlice]) -> Vec<Endpoint> {
     out.into_iter().collect()
 }
 
+/// The ready endpoints among a Service's Pods, sorted and without duplicates: for
+/// clusters (or test hosts) whose Pod addresses the EndpointSlice API refuses — it rejects
+/// loopback addresses, which is what hosts simulated on `127.x` without root have.
+///
+/// A Pod counts when it is not being deleted, has an IP and its `Ready` condition is True
+/// — the same readiness (with every readiness gate) that decides `conditions.ready` in a
+/// slice. The port is `target`: a number, or the name of a container port.
+pub fn ready_pod_endpoints(pods: &[Pod], target: &IntOrString) -> Vec<Endpoint> {
+    let mut out = BTreeSet::new();
+    for pod in pods {
+        if pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let status = pod.status.as_ref();
+        let ready = status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let Some(address) = status.and_then(|s| s.pod_ip.clone()) else {
+            continue;
+        };
+        let port = match target {
+            IntOrString::Int(n) => u16::try_from(*n).ok(),
+            IntOrString::String(name) => pod
+                .spec
+                .iter()
+                .flat_map(|s| &s.containers)
+                .flat_map(|c| c.ports.iter().flatten())
+                .find(|p| p.name.as_deref() == Some(name.as_str()))
+                .and_then(|p| u16::try_from(p.container_port).ok()),
+        };
+        let Some(port) = port.filter(|p| *p != 0) else {
+            continue;
+        };
+        if ready {
+            out.insert(Endpoint {
+                address,
+                port,
+                pod: pod.metadata.name.clone(),
+            });
+        }
+    }
+    out.into_iter().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn ready_pods_count_with_their_named_port_and_deleted_or_unready_ones_do_not() {
+        let pod = |name: &str, ip: Option<&str>, ready: &str, deleting: bool| -> Pod {
+            let mut v = json!({
+                "metadata": {"name": name},
+                "spec": {"containers": [{"name": "worker",
+                    "ports": [{"name": "metrics", "containerPort": 9090},
+                              {"name": "http", "containerPort": 8080}]}]},
+                "status": {"conditions": [{"type": "Ready", "status": ready}]}
+            });
+            if let Some(ip) = ip {
+                v["status"]["podIP"] = json!(ip);
+            }
+            if deleting {
+                v["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+            }
+            serde_json::from_value(v).unwrap()
+        };
+        let pods = [
+            pod("d-1", Some("127.100.0.3"), "True", false),
+            pod("d-0", Some("127.100.0.2"), "True", false),
+            pod("d-2", Some("127.100.0.4"), "False", false),
+            pod("d-3", Some("127.100.0.5"), "True", true),
+            pod("d-4", None, "True", false),
+        ];
+        let named = ready_pod_endpoints(&pods, &IntOrString::String("http".into()));
+        assert_eq!(
+            named,
+            vec![
+                Endpoint {
+                    address: "127.100.0.2".into(),
+                    port: 8080,
+                    pod: Some("d-0".into())
+                },
+                Endpoint {
+                    address: "127.100.0.3".into(),
+                    port: 8080,
+                    pod: Some("d-1".into())
+                },
+            ]
+        );
+        let numbered = ready_pod_endpoints(&pods, &IntOrString::Int(9000));
+        assert_eq!(numbered.len(), 2);
+        assert!(numbered.iter().all(|e| e.port == 9000));
+        assert!(ready_pod_endpoints(&pods, &IntOrString::String("grpc".into())).is_empty());
+    }
 
     fn slice(v: serde_json::Value) -> EndpointSlice {
         serde_json::from_value(v).unwrap()

@@ -16,4 +16,4 @@ pub use balance::Balancer;
 pub use client::HttpClient;
 pub use dispatch::{Attempt, Dispatch, Dispatcher};
 pub use endpoints::{Endpoint, ready_endpoints};
-pub use follow::{Follower, follow};
+pub use follow::{Discovery, Follower, follow};

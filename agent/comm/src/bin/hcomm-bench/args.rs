@@ -27,7 +27,9 @@ common:
   --secret S            group secret                                 [hcomm-bench]
   --json FILE           append one JSON object per row (for the comparison table)
   --label L             transport label in the JSON rows              [tcp]
-  --timeout SECS        per-operation timeout                        [120]";
+  --timeout SECS        per-operation timeout                        [120]
+  --threads N           runtime worker threads per rank              [2]
+  (HCOMM_SPIN_US=N: receives poll N µs before parking; see EndpointConfig::spin)";
 
 /// Parsed flags.
 #[derive(Debug, Clone)]
@@ -51,6 +53,8 @@ pub struct Args {
     pub json: Option<PathBuf>,
     pub label: String,
     pub timeout_secs: u64,
+    /// Tokio worker threads of each rank's runtime.
+    pub threads: usize,
     /// Flags to pass on to workers (everything but launcher-only ones).
     pub passthrough: Vec<String>,
 }
@@ -77,6 +81,7 @@ impl Args {
             json: None,
             label: "tcp".into(),
             timeout_secs: 120,
+            threads: 2,
             passthrough: Vec::new(),
         };
         let mut it = it.into_iter();
@@ -114,6 +119,7 @@ impl Args {
                 "--dtype" => a.dtype = value.parse().map_err(|e| format!("{e}"))?,
                 "--algo" => a.algo = Some(value.parse().map_err(|e| format!("{e}"))?),
                 "--segment" => a.segment = Some(plan::parse_bytes(&value)?),
+                "--threads" => a.threads = num(&value)?.max(1),
                 "--bind" => a.bind = value,
                 "--secret" => a.secret = value,
                 "--json" => a.json = Some(value.into()),

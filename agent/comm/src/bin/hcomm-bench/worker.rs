@@ -98,9 +98,14 @@ async fn rank_main(args: &Args) -> Result<(), String> {
 
 pub fn run(args: &Args) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(args.threads)
         .enable_all()
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
-    rt.block_on(rank_main(args))
+    // On a worker thread, not on `block_on`'s: a collective woken by the reader task that
+    // received its data then continues on the same thread; from `block_on` every message
+    // cost a cross-thread wake-up (futex), which dominated small-message latency.
+    let args = args.clone();
+    rt.block_on(async move { tokio::spawn(async move { rank_main(&args).await }).await })
+        .map_err(|e| format!("rank task: {e}"))?
 }
