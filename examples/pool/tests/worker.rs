@@ -320,6 +320,9 @@ async fn the_worker_binary_serves_a_group_without_weights_and_finishes_in_flight
         (json!("none"), json!("prefill"), json!("w-1"))
     );
 
+    // The short request's own "1 in flight" may still be the last report: wait for its
+    // "0", so the "1" below is the long request's and SIGTERM comes while it is in flight.
+    inflight_reaches(&mut inflight, 0).await;
     let long = {
         let (http, ep) = (http.clone(), ep.clone());
         tokio::spawn(async move { generate(&http, &ep, 100).await })
