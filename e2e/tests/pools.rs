@@ -284,7 +284,8 @@ async fn run(bed: &mut Testbed) -> Result<()> {
         let a = after.procs.get(who).context("process gone")?;
         // +16: one fd leaked per cycle still fails (+20). Two runs of session 3 saw the
         // agent on the host of ranks 0–1 (the rendezvous root) gain 9–11 sockets over the
-        // 20 cycles while every other process stayed flat; the cause is not found yet.
+        // 20 cycles: the root held the socket of every rank that gave up on an abandoned
+        // epoch's rendezvous for 10 min; it now lets go when the rank does.
         ensure!(
             a.fds <= b.fds + 16,
             "{who}: open fds grew {} → {} ({:?} → {:?})",

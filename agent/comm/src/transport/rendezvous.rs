@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::io::AsyncReadExt as _;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -111,12 +112,24 @@ pub async fn serve(inner: &Arc<Inner>, mut stream: TcpStream, addr: SocketAddr, 
         Err(msg) => return refuse(inner, &mut stream, addr, epoch, msg).await,
     };
     tracing::debug!(rank = reg.rank, world = reg.world, epoch, %addr, "rank registered");
+    // The rank sends nothing more until it gets the table: a read that ends means it gave
+    // up (its init deadline passed, or the group moved to another epoch). Its socket is
+    // released then, not held until SESSION_LIMIT — roots of groups whose epochs change
+    // often piled up such sockets.
+    let mut probe = [0u8; 1];
     let outcome = tokio::time::timeout(SESSION_LIMIT, async {
-        rx.wait_for(Option::is_some).await.map(|v| v.clone())
+        tokio::select! {
+            v = rx.wait_for(Option::is_some) => Some(v.map(|v| v.clone())),
+            _ = stream.read(&mut probe) => None,
+        }
     })
     .await;
     let table = match outcome {
-        Ok(Ok(v)) => v,
+        Ok(Some(Ok(v))) => v,
+        Ok(None) => {
+            tracing::debug!(rank = reg.rank, epoch, %addr, "rank left the rendezvous before it completed");
+            return;
+        }
         _ => {
             inner.sessions.forget(reg.session, epoch);
             return;
