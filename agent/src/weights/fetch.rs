@@ -202,7 +202,12 @@ pub(crate) async fn blocking<T: Send + 'static>(
 ) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| WeightsError::io("blocking task", None, std::io::Error::other(e)))?
+        .map_err(blocking_failed)?
+}
+
+/// A blocking task that panicked or was cancelled, as a weights error.
+pub(crate) fn blocking_failed(e: tokio::task::JoinError) -> WeightsError {
+    WeightsError::io("blocking task", None, std::io::Error::other(e))
 }
 
 /// Asks each source in turn for the manifest until one verifies.

@@ -14,7 +14,7 @@ use super::bitset::ChunkBits;
 use super::conn::{open, read_response, unexpected};
 use super::digest::Digest;
 use super::error::{Result, Subject, WeightsError};
-use super::fetch::Ctx;
+use super::fetch::{Ctx, blocking_failed};
 use super::progress::SyncEvent;
 use super::protocol::{Request, Response};
 use super::schedule::AfterCorrupt;
@@ -205,10 +205,7 @@ impl Accepting {
     /// source dropped when the scheduler says so).
     async fn finish(self, ctx: &Ctx, idx: usize, src: SocketAddr) -> Result<()> {
         let i = self.index;
-        let verdict = self
-            .task
-            .await
-            .map_err(|e| WeightsError::io("blocking task", None, std::io::Error::other(e)))??;
+        let verdict = self.task.await.map_err(blocking_failed)??;
         match verdict {
             Ok(()) => {
                 ctx.sched.lock().expect("scheduler lock").complete(i);
