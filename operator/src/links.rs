@@ -573,42 +573,58 @@ mod tests {
 impl LinkReport {
     /// Nodes the data network has lost, each with why: every other member node that
     /// probed it recently found it down and none reached it, and the fault is its own —
-    /// some other node is still reached by a member, or the node's own (older) results
-    /// still call its links up, i.e. its agent has gone silent. A node that never published
-    /// proves nothing. A split with no side to blame (two
-    /// nodes that each report the other down) names nobody: the condition shows it, but
-    /// replacing members on a guess would move healthy ones.
+    /// another node is still reached by a third node (evidence that does not come from the
+    /// suspect itself), or the node has gone silent: its own results, all taken before it
+    /// was found down, still call its links up. A node that never published proves
+    /// nothing. A one-way fault between two nodes (one finds the other down, the other,
+    /// publishing fresh results, still reaches it) and a split with no side to blame (each
+    /// reports the other down) name nobody: the condition shows them, but replacing members
+    /// on a guess would move healthy ones.
     pub fn isolated_nodes(&self) -> BTreeMap<String, String> {
         let inbound =
             |node: &str| -> Vec<&Link> { self.links.iter().filter(|l| l.to == node).collect() };
+        let answered = |l: &Link| matches!(l.state, LinkState::Up | LinkState::Slow);
         let suspect = |node: &str| {
             let links = inbound(node);
-            links.iter().any(|l| l.state == LinkState::Down)
-                && !links
+            links.iter().any(|l| l.state == LinkState::Down) && !links.iter().any(|l| answered(l))
+        };
+        // Its agent has gone silent: it last published before anyone found it down, and
+        // those results still call a link up. Fresh results from it are not silence, even
+        // when they disagree with its peers (an unknown time proves nothing either).
+        let silent = |node: &str| {
+            let Some(found_down) = inbound(node)
+                .iter()
+                .filter(|l| l.state == LinkState::Down)
+                .filter_map(|l| l.probed_at)
+                .max()
+            else {
+                return false;
+            };
+            let own: Vec<&Link> = self
+                .links
+                .iter()
+                .filter(|l| l.from == node && l.probed_at.is_some())
+                .collect();
+            own.iter().any(|l| answered(l))
+                && own
                     .iter()
-                    .any(|l| matches!(l.state, LinkState::Up | LinkState::Slow))
+                    .all(|l| l.probed_at.is_some_and(|p| p < found_down))
         };
-        // The node's own results still call a link up although its peers cannot reach it:
-        // its agent has gone silent (a node that never published proves nothing).
-        let claims_up = |node: &str| {
-            self.links
-                .iter()
-                .any(|l| l.from == node && matches!(l.state, LinkState::Up | LinkState::Slow))
-        };
-        // Another node that some member reached (positive evidence, not mere silence).
-        let reached = |node: &str| {
-            self.links
-                .iter()
-                .any(|l| l.to == node && matches!(l.state, LinkState::Up | LinkState::Slow))
-        };
+        // Another node that a third node reached: positive evidence, not mere silence, and
+        // not the suspect's own word.
         let some_node_fine = |node: &str| {
-            self.nodes
-                .iter()
-                .any(|n| n != node && !suspect(n) && reached(n))
+            self.nodes.iter().any(|n| {
+                n != node
+                    && !suspect(n)
+                    && self
+                        .links
+                        .iter()
+                        .any(|l| &l.to == n && l.from != node && answered(l))
+            })
         };
         self.nodes
             .iter()
-            .filter(|n| suspect(n) && (some_node_fine(n) || claims_up(n)))
+            .filter(|n| suspect(n) && (some_node_fine(n) || silent(n)))
             .map(|n| {
                 let seen_by: Vec<String> = inbound(n)
                     .into_iter()
@@ -629,17 +645,19 @@ impl LinkReport {
 mod isolation_tests {
     use super::*;
 
-    fn report(nodes: &[&str], links: &[(&str, &str, LinkState)]) -> LinkReport {
+    /// Links as (from, to, state, probed at second); a link never probed has no time.
+    fn report(nodes: &[&str], links: &[(&str, &str, LinkState, i64)]) -> LinkReport {
         LinkReport {
             nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
             links: links
                 .iter()
-                .map(|(from, to, state)| Link {
+                .map(|(from, to, state, at)| Link {
                     from: (*from).into(),
                     to: (*to).into(),
                     address: None,
+                    probed_at: (*state != NeverProbed)
+                        .then(|| Timestamp::from_second(1_800_000_000 + at).unwrap()),
                     state: state.clone(),
-                    probed_at: None,
                     latency_micros: None,
                     error: None,
                 })
@@ -652,11 +670,28 @@ mod isolation_tests {
 
     #[test]
     fn a_silent_node_that_everyone_finds_down_is_isolated() {
-        // n2 is cut off entirely: its agent's last results still say up.
-        let r = report(&["n1", "n2"], &[("n1", "n2", Down), ("n2", "n1", Up)]);
+        // n2 is cut off entirely: its agent's last results, older than n1's finding, still
+        // say up.
+        let r = report(
+            &["n1", "n2"],
+            &[("n1", "n2", Down, 10), ("n2", "n1", Up, 4)],
+        );
         let isolated = r.isolated_nodes();
         assert_eq!(isolated.keys().collect::<Vec<_>>(), ["n2"]);
         assert!(isolated["n2"].contains("from n1"), "{isolated:?}");
+    }
+
+    #[test]
+    fn a_one_way_fault_between_two_nodes_names_nobody() {
+        // n1 cannot reach n2 while n2, publishing as fresh as n1, still reaches n1: either
+        // side may be at fault, and n2's word for n1 is no independent evidence.
+        for n2_published in [10, 11] {
+            let r = report(
+                &["n1", "n2"],
+                &[("n1", "n2", Down, 10), ("n2", "n1", Up, n2_published)],
+            );
+            assert!(r.isolated_nodes().is_empty(), "n2 at {n2_published}");
+        }
     }
 
     #[test]
@@ -664,12 +699,12 @@ mod isolation_tests {
         let r = report(
             &["n1", "n2", "n3"],
             &[
-                ("n1", "n2", Up),
-                ("n1", "n3", Down),
-                ("n2", "n1", Up),
-                ("n2", "n3", Down),
-                ("n3", "n1", Down),
-                ("n3", "n2", Down),
+                ("n1", "n2", Up, 10),
+                ("n1", "n3", Down, 10),
+                ("n2", "n1", Up, 10),
+                ("n2", "n3", Down, 10),
+                ("n3", "n1", Down, 10),
+                ("n3", "n2", Down, 10),
             ],
         );
         assert_eq!(r.isolated_nodes().keys().collect::<Vec<_>>(), ["n3"]);
@@ -677,22 +712,29 @@ mod isolation_tests {
 
     #[test]
     fn a_split_with_no_side_to_blame_or_no_evidence_names_nobody() {
-        let split = report(&["n1", "n2"], &[("n1", "n2", Down), ("n2", "n1", Down)]);
+        let split = report(
+            &["n1", "n2"],
+            &[("n1", "n2", Down, 10), ("n2", "n1", Down, 10)],
+        );
         assert!(split.isolated_nodes().is_empty());
         let fresh = report(
             &["n1", "n2"],
-            &[("n1", "n2", NeverProbed), ("n2", "n1", Up)],
+            &[("n1", "n2", NeverProbed, 0), ("n2", "n1", Up, 10)],
         );
         assert!(fresh.isolated_nodes().is_empty());
         // n2 is found down, but its own agent never published: no evidence it is the one cut.
         let never_published = report(
             &["n1", "n2"],
-            &[("n1", "n2", Down), ("n2", "n1", NeverProbed)],
+            &[("n1", "n2", Down, 10), ("n2", "n1", NeverProbed, 0)],
         );
         assert!(never_published.isolated_nodes().is_empty());
         let mixed = report(
             &["n1", "n2", "n3"],
-            &[("n1", "n3", Down), ("n2", "n3", Up), ("n3", "n1", Up)],
+            &[
+                ("n1", "n3", Down, 10),
+                ("n2", "n3", Up, 10),
+                ("n3", "n1", Up, 10),
+            ],
         );
         assert!(
             mixed.isolated_nodes().is_empty(),
