@@ -398,11 +398,18 @@ fn dropping_the_control_plane_stops_every_process_and_removes_its_state() {
         drop(cp);
         let left: Vec<u32> = pids.into_iter().filter(|pid| is_alive(*pid)).collect();
         ensure!(left.is_empty(), "still running: {left:?}");
+        // A clean stop removes the state dir, unless it is kept on purpose for a
+        // post-mortem: then it must still be there.
+        let keep = std::env::var_os(hcomm_e2e::controlplane::KEEP_STATE_ENV).is_some();
         ensure!(
-            !state_dir.exists(),
-            "state dir {} removed",
-            state_dir.display()
+            state_dir.exists() == keep,
+            "state dir {} {} (keep: {keep})",
+            state_dir.display(),
+            if keep { "removed" } else { "left behind" }
         );
+        if keep {
+            std::fs::remove_dir_all(&state_dir)?;
+        }
         Ok(())
     });
 }
