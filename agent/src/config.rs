@@ -1,6 +1,7 @@
 //! The agent's configuration (from flags, see [`crate::cli`]) and the one [`Context`] every
 //! agent task receives.
 
+use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -63,9 +64,9 @@ pub struct AgentConfig {
     /// joiners then report `CorruptWeightsChunk` and refetch elsewhere) for the CPU of one
     /// SHA-256 per served byte, which matters on very fast links.
     pub weights_verify_on_serve: bool,
-    /// How long a weights version no link points at is kept before it is removed
-    /// (`--weights-gc-grace-secs`, default 600; `off` keeps every version). See
-    /// `weights::gc`.
+    /// How long a weights version no link points at, and the link of a group with no
+    /// member on this node, are kept before they are removed (`--weights-gc-grace-secs`,
+    /// default 600; `off` keeps everything). See `weights::gc`.
     pub weights_gc_grace: Option<Duration>,
     /// Caps the group's connect timeout for verification probes.
     pub verify_timeout_cap: Option<Duration>,
@@ -116,6 +117,12 @@ pub struct Context {
     pub link_tests: Mutex<Vec<LinkTestResult>>,
     /// Peers (node, data address) of the members on this node, for the health probes.
     pub peers: Mutex<Vec<(String, String)>>,
+    /// The groups, as (namespace, group), with a member Pod on this node; None until the
+    /// member driver has listed the node's Pods once. Weights cleanup removes the link of
+    /// a group that has had none here for its grace.
+    pub groups_here: tokio::sync::watch::Sender<Option<BTreeSet<(String, String)>>>,
+    /// Wakes a group's member tasks when its HcommGroup changes.
+    pub nudges: crate::member::nudge::GroupNudges,
 }
 
 impl Context {
@@ -137,6 +144,8 @@ impl Context {
             recorder,
             link_tests: Mutex::new(Vec::new()),
             peers: Mutex::new(Vec::new()),
+            groups_here: tokio::sync::watch::Sender::new(None),
+            nudges: Default::default(),
         }
     }
 

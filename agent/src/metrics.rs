@@ -19,6 +19,7 @@ pub struct Metrics {
     pub sync_bytes: IntCounter,
     pub sync_throughput: Gauge,
     pub weights_versions_removed: IntCounter,
+    pub weights_links_removed: IntCounter,
     pub probe_latency: HistogramVec,
     pub link_up: IntGaugeVec,
     pub allreduce_seconds: HistogramVec,
@@ -63,6 +64,11 @@ impl Metrics {
             weights_versions_removed: IntCounter::with_opts(opts(
                 "weights_versions_removed_total",
                 "Weights versions removed after no link used them for the grace period",
+            ))
+            .expect("metric"),
+            weights_links_removed: IntCounter::with_opts(opts(
+                "weights_links_removed_total",
+                "Groups' weights links removed after the group had no member on the node for the grace period",
             ))
             .expect("metric"),
             probe_latency: HistogramVec::new(
@@ -137,6 +143,8 @@ impl Metrics {
         r.register(Box::new(m.sync_throughput.clone()))
             .expect("register");
         r.register(Box::new(m.weights_versions_removed.clone()))
+            .expect("register");
+        r.register(Box::new(m.weights_links_removed.clone()))
             .expect("register");
         r.register(Box::new(m.probe_latency.clone()))
             .expect("register");

@@ -17,7 +17,7 @@ use crate::inventory::{self, publish::publish};
 use crate::local_api::server::{self as api_server, Access};
 use crate::member::weights_sync::EngineSyncer;
 use crate::nic::NicRule;
-use crate::weights::{ChunkServer, GroupSecret, ServerConfig, WeightStore, gc};
+use crate::weights::{ChunkServer, CurrentLink, GroupSecret, ServerConfig, WeightStore, gc};
 
 fn node_rule(cfg: &AgentConfig) -> NicRule {
     NicRule {
@@ -149,7 +149,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     let gc_task = ctx
         .cfg
         .weights_gc_grace
-        .map(|grace| tokio::spawn(weights_gc_loop(store.clone(), grace, ctx.metrics.clone())));
+        .map(|grace| tokio::spawn(weights_gc_loop(ctx.clone(), store.clone(), grace)));
     let weights_task = tokio::spawn(ChunkServer::serve(
         weights_l,
         store,
@@ -181,6 +181,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     ));
     let inv_task = tokio::spawn(inventory_loop(ctx.clone()));
     let health_task = tokio::spawn(crate::health::probe_loop(ctx.clone()));
+    let group_watch = tokio::spawn(crate::member::nudge::watch_groups(ctx.clone()));
     let driver = tokio::spawn(crate::member::driver::run(ctx.clone(), stopped()));
 
     shutdown_signal().await;
@@ -188,6 +189,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     let _ = stop_tx.send(true);
     inv_task.abort();
     health_task.abort();
+    group_watch.abort();
     if let Some(t) = gc_task {
         t.abort();
     }
@@ -197,21 +199,27 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     Ok(())
 }
 
-/// Removes weights versions no link has pointed at for `grace` (see `weights::gc`),
+/// Removes the weights links of groups that left this node and the versions no link has
+/// pointed at, each after `grace` (see `weights::gc`),
 /// looking every quarter of the grace (between 1 s and 1 min).
-async fn weights_gc_loop(
-    store: WeightStore,
-    grace: std::time::Duration,
-    metrics: crate::metrics::Metrics,
-) {
+async fn weights_gc_loop(ctx: Arc<Context>, store: WeightStore, grace: std::time::Duration) {
     use std::time::{Duration, Instant};
     let every = (grace / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
-    let mut collector = Some(gc::Collector::new(grace));
+    let mut cleanup = Some(gc::Cleanup::new(grace));
     loop {
         tokio::time::sleep(every).await;
-        let (store, mut c) = (store.clone(), collector.take().expect("returned below"));
+        let (store, mut c) = (store.clone(), cleanup.take().expect("returned below"));
+        let groups = ctx.groups_here.subscribe();
         let pass = tokio::task::spawn_blocking(move || {
-            let r = gc::collect(&store, &mut c, Instant::now());
+            let groups_here = || {
+                let here = groups.borrow();
+                here.as_ref().map(|gs| {
+                    gs.iter()
+                        .filter_map(|(ns, g)| CurrentLink::group(ns, g).ok())
+                        .collect()
+                })
+            };
+            let r = gc::collect(&store, &mut c, Instant::now(), &groups_here);
             (c, r)
         })
         .await;
@@ -219,12 +227,16 @@ async fn weights_gc_loop(
             tracing::error!("weights cleanup panicked; cleanup stopped");
             return;
         };
-        collector = Some(c);
+        cleanup = Some(c);
         match result {
             Ok(removed) => {
-                for set in removed {
+                for link in removed.links {
+                    tracing::info!(link = %link.relative().display(), ?grace, "removed the weights link of a group with no member on this node within the grace period");
+                    ctx.metrics.weights_links_removed.inc();
+                }
+                for set in removed.versions {
                     tracing::info!(%set, ?grace, "removed a weights version no link used within the grace period");
-                    metrics.weights_versions_removed.inc();
+                    ctx.metrics.weights_versions_removed.inc();
                 }
             }
             Err(e) => tracing::warn!(error = %e, "weights cleanup failed; trying again later"),

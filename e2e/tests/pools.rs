@@ -360,16 +360,15 @@ async fn run(bed: &mut Testbed) -> Result<()> {
     }
     check_clean(&s, "decode during the rolling update")?;
     eprintln!("scenario 8: rolled 4 members to v2 in {:?}", t.elapsed());
-    // The agents remove what no link uses any more (grace 5 s here): v1 leaves every host
-    // where no group links it, and no host keeps a version nothing links.
+    // The agents remove what nothing uses any more (grace 5 s here): the link of a group
+    // with no member left on a host (scale-downs and replacements above left some), then
+    // every version no link uses — v1 leaves every host where no group links it.
     let t = Instant::now();
-    let unlinked = loop {
+    let (unlinked, strays) = loop {
         let unlinked = unlinked_versions(bed)?;
-        if unlinked.is_empty() {
-            break unlinked;
-        }
-        if t.elapsed() > Duration::from_secs(30) {
-            break unlinked;
+        let strays = links_without_members(bed).await?;
+        if (unlinked.is_empty() && strays.is_empty()) || t.elapsed() > Duration::from_secs(30) {
+            break (unlinked, strays);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
@@ -377,13 +376,21 @@ async fn run(bed: &mut Testbed) -> Result<()> {
         unlinked.is_empty(),
         "versions no link uses, 30 s after the roll: {unlinked:?}"
     );
+    ensure!(
+        strays.is_empty(),
+        "links of groups with no member on the host, 30 s after the roll: {strays:?}"
+    );
     let has_v1 = hosts_holding(bed, v1);
     ensure!(
         has_v1.len() < had_v1.len(),
         "v1 removed from no host: held by {had_v1:?} before, {has_v1:?} after"
     );
+    let links_removed: f64 = (0..bed.hosts().len())
+        .filter_map(|i| bed.agent_metrics(i).ok())
+        .filter_map(|text| metric(&text, "hcomm_agent_weights_links_removed_total"))
+        .sum();
     eprintln!(
-        "scenario 8: v1 removed from {} host(s), no unlinked version left {:?} after the roll (still linked on {has_v1:?})",
+        "scenario 8: v1 removed from {} host(s), {links_removed} link(s) of departed groups removed so far, nothing unused left {:?} after the roll (v1 still linked on {has_v1:?})",
         had_v1.len() - has_v1.len(),
         t.elapsed()
     );
@@ -713,6 +720,35 @@ fn hosts_holding(bed: &Testbed, hex: &str) -> Vec<usize> {
         .collect()
 }
 
+/// The value of the unlabelled metric `name` in a Prometheus text exposition.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// `(host, group link directory)` of every group link in a host's store whose group has no
+/// member Pod on that host.
+async fn links_without_members(bed: &Testbed) -> Result<Vec<(usize, String)>> {
+    let mut here = std::collections::BTreeSet::new();
+    for group in ["prefill", "decode", SPARE] {
+        for m in bed.members(NS, group).await? {
+            here.insert((m.node, format!("{NS}_{group}")));
+        }
+    }
+    let mut out = Vec::new();
+    for i in 0..bed.hosts().len() {
+        let node = format!("host-{i}");
+        let groups = std::fs::read_dir(bed.weights_dir(i).join("groups"));
+        for entry in groups.into_iter().flatten().flatten() {
+            let link = entry.file_name().to_string_lossy().into_owned();
+            if !here.contains(&(node.clone(), link.clone())) {
+                out.push((i, link));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// `(host, version)` of every version in a store that no link in that store points at.
 fn unlinked_versions(bed: &Testbed) -> Result<Vec<(usize, String)>> {
     let mut out = Vec::new();
@@ -770,14 +806,10 @@ async fn resources(bed: &Testbed) -> Result<Resources> {
     let mut communicators = Vec::new();
     for i in 0..bed.hosts().len() {
         let text = bed.agent_metrics(i)?;
-        let value = |name: &str| -> f64 {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-                .unwrap_or(f64::NAN)
-        };
-        let open = value("hcomm_agent_communicators_open ");
-        let created = value("hcomm_agent_communicators_created_total ");
-        let destroyed = value("hcomm_agent_communicators_destroyed_total ");
+        let value = |name: &str| metric(&text, name).unwrap_or(f64::NAN);
+        let open = value("hcomm_agent_communicators_open");
+        let created = value("hcomm_agent_communicators_created_total");
+        let destroyed = value("hcomm_agent_communicators_destroyed_total");
         ensure!(
             created - destroyed == open,
             "host-{i}: created {created} − destroyed {destroyed} ≠ open {open}"

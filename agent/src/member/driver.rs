@@ -1,9 +1,10 @@
 //! The member driver: watches the Pods on this node (field selector `spec.nodeName`) that
 //! carry `hcomm.io/group`, and runs one [`super::task::run_member`] per member, feeding it
-//! the Pod's latest [`MemberSpec`] (None once the Pod is deleted). Malformed Pods are
-//! skipped, not fatal.
+//! the Pod's latest [`MemberSpec`] (None once the Pod is deleted), and publishes which
+//! groups have a member here ([`Context::groups_here`], for weights cleanup). Malformed
+//! Pods are skipped, not fatal.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -34,6 +35,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
     let mut stream = watcher(api, cfg).boxed();
     let mut members: HashMap<String, watch::Sender<Option<MemberSpec>>> = HashMap::new();
     let mut seen_in_init: HashSet<String> = HashSet::new();
+    // Whether the node's Pods have been listed once: only then is an absent group absent.
+    let mut listed = false;
     tokio::pin!(shutdown);
     loop {
         let ev = tokio::select! {
@@ -74,6 +77,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
             }
             Ok(watcher::Event::Init) => seen_in_init.clear(),
             Ok(watcher::Event::InitDone) => {
+                listed = true;
                 let gone: Vec<String> = members
                     .keys()
                     .filter(|k| !seen_in_init.contains(*k))
@@ -90,8 +94,30 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
             }
         }
+        if listed {
+            publish_groups(&ctx, &members);
+        }
     }
     for (_, tx) in members {
         tx.send_replace(None);
     }
+}
+
+/// Publishes the groups of the member Pods on this node (only when they changed).
+fn publish_groups(ctx: &Context, members: &HashMap<String, watch::Sender<Option<MemberSpec>>>) {
+    let groups: BTreeSet<(String, String)> = members
+        .values()
+        .filter_map(|tx| {
+            let spec = tx.borrow();
+            spec.as_ref()
+                .map(|s| (s.namespace.clone(), s.group.clone()))
+        })
+        .collect();
+    ctx.groups_here.send_if_modified(|cur| {
+        let changed = cur.as_ref() != Some(&groups);
+        if changed {
+            *cur = Some(groups);
+        }
+        changed
+    });
 }

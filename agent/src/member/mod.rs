@@ -3,12 +3,14 @@
 //! ([`verify`]), weight sync (the [`weights::WeightsSyncer`] seam, implemented by
 //! [`weights_sync::EngineSyncer`]), joining the domain
 //! ([`domain`], from the rank table: [`ranktable`], [`group`]) and drain, writing Pod
-//! conditions ([`conditions`]) and sync Warning Events ([`sync_warnings`]).
+//! conditions ([`conditions`]) and sync Warning Events ([`sync_warnings`]); a group watch
+//! wakes the members of a group that changed ([`nudge`]).
 
 pub mod conditions;
 pub mod domain;
 pub mod driver;
 pub mod group;
+pub mod nudge;
 pub mod ranktable;
 pub mod spec;
 pub mod state;

@@ -28,6 +28,9 @@ use crate::error::{Error, Result};
 use crate::local_api::{Assignment, Notice};
 use crate::nic::Chosen;
 
+/// The first wait for a rank table that is behind the member's epoch (see `Run::main`).
+const START_RETRY_FIRST: Duration = Duration::from_millis(20);
+
 /// Mutable facts of one member's run.
 struct Run {
     ctx: Arc<Context>,
@@ -44,6 +47,8 @@ struct Run {
     weights_path: Option<String>,
     /// The Pod as the driver last saw it (read, never marked seen: `main` owns that).
     spec_rx: watch::Receiver<Option<MemberSpec>>,
+    /// Changes when the group's HcommGroup does ([`super::nudge`]).
+    group_changed: watch::Receiver<()>,
 }
 
 /// Why [`Run::join_when_all_arrive`] gave up.
@@ -65,6 +70,7 @@ pub async fn run_member(ctx: Arc<Context>, mut spec: watch::Receiver<Option<Memb
     };
     let span = tracing::info_span!("member", group = %first.group, pod = %first.key(),
         epoch = tracing::field::Empty, rank = first.first_rank);
+    let group_changed = ctx.nudges.subscribe(&first.namespace, &first.group);
     let mut run = Run {
         ctx: ctx.clone(),
         spec: first,
@@ -79,6 +85,7 @@ pub async fn run_member(ctx: Arc<Context>, mut spec: watch::Receiver<Option<Memb
         failures: 0,
         weights_path: None,
         spec_rx: spec.clone(),
+        group_changed,
     };
     ctx.metrics.phase_change(None, &run.phase);
     async move {
@@ -100,7 +107,10 @@ impl Run {
         // The group and rank table must be readable before anything starts, and the table
         // must be at least the member's epoch: the operator creates a joiner's Pod before
         // it rewrites the rank table, and verifying against the older table would refuse
-        // a member that is merely early.
+        // a member that is merely early. The table usually follows within milliseconds, so
+        // the first retries come quickly (doubling from 20 ms up to the poll interval)
+        // instead of costing every joiner a whole poll interval (2 s by default).
+        let mut retry = START_RETRY_FIRST.min(self.ctx.cfg.poll_interval);
         loop {
             let behind = match self.refresh().await {
                 Ok(()) => match (self.spec.epoch, self.table.as_ref()) {
@@ -114,14 +124,11 @@ impl Run {
             match behind {
                 None => break,
                 Some(e) => {
-                    tracing::info!(error = %e, "waiting for the group and its rank table");
-                    if self
-                        .wait_spec(spec_rx, self.ctx.cfg.poll_interval)
-                        .await
-                        .is_none()
-                    {
+                    tracing::info!(error = %e, ?retry, "waiting for the group and its rank table");
+                    if self.wait_spec(spec_rx, retry).await.is_none() {
                         return;
                     }
+                    retry = (retry * 2).min(self.ctx.cfg.poll_interval);
                 }
             }
         }
@@ -161,12 +168,26 @@ impl Run {
 
     /// Waits up to `d` for a Pod change: None when the Pod is gone, Some(true) on a change,
     /// Some(false) on timeout.
+    /// Waits up to `d` for the Pod to change: Some(true) when it did (the spec is updated),
+    /// None when it is gone, Some(false) when the time is up or the group changed (time to
+    /// re-read it) — except while Failed, whose retry keeps its backoff.
     async fn wait_spec(
         &mut self,
         rx: &mut watch::Receiver<Option<MemberSpec>>,
         d: Duration,
     ) -> Option<bool> {
-        match tokio::time::timeout(d, rx.changed()).await {
+        let follow_group = !matches!(self.phase, Phase::Failed { .. });
+        let group = &mut self.group_changed;
+        let group_changed = async move {
+            if !follow_group || group.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let changed = tokio::select! {
+            r = tokio::time::timeout(d, rx.changed()) => r,
+            () = group_changed => return Some(false),
+        };
+        match changed {
             Err(_) => Some(false),
             Ok(Err(_)) => None,
             Ok(Ok(())) => {

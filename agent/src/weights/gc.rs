@@ -1,75 +1,115 @@
-//! Removal of weight versions nothing uses any more.
+//! Removal of weights nothing uses any more.
 //!
 //! Every rolling update leaves the previous version under `versions/<hex>` once the last
-//! group link has moved off it; without removal a node's disk fills one model version at a
-//! time. A complete version is removed once no link in the store (the store-wide `current`
-//! or any group's) has pointed at it for `grace`: long enough for a worker that still
-//! reads through an old path to finish, and for a member that comes back with the old
-//! digest (a rollback) to find it without a transfer. Sets still being fetched are never
-//! touched. [`Collector`] decides (pure, given the time); [`collect`] acts on a store.
+//! group link has moved off it, and every group that leaves a node leaves its link (and so
+//! its version) behind; without removal a node's disk fills one model version at a time.
+//! Two rules, each with a grace period:
+//! - a group's link goes once the group has had no member Pod on this node for `grace`
+//!   (the member driver tells which groups have one); then its version is unlinked;
+//! - a complete version goes once no link in the store (the store-wide `current` or any
+//!   group's) has pointed at it for `grace`.
+//!
+//! The grace is long enough for a worker that still reads through an old path to finish,
+//! and for a member that comes back (a rollback, a group scaled to zero and up again) to
+//! find its weights without a transfer. Sets still being fetched are never touched.
+//! [`Collector`] decides (pure, given the time); [`collect`] acts on a store.
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::Hash;
 use std::time::{Duration, Instant};
 
 use super::digest::Digest;
 use super::error::Result;
+use super::link::CurrentLink;
 use super::store::WeightStore;
 
-/// Remembers since when each unused version has been unused.
+/// Remembers since when each unused thing (a version, a group's link) has been unused.
 #[derive(Debug)]
-pub struct Collector {
+pub struct Collector<K> {
     grace: Duration,
-    unused_since: HashMap<Digest, Instant>,
+    unused_since: HashMap<K, Instant>,
 }
 
-impl Collector {
-    /// A collector that removes versions unused for `grace`.
-    pub fn new(grace: Duration) -> Collector {
+impl<K: Ord + Hash + Clone> Collector<K> {
+    /// A collector that removes what has been unused for `grace`.
+    pub fn new(grace: Duration) -> Collector<K> {
         Collector {
             grace,
             unused_since: HashMap::new(),
         }
     }
 
-    /// The versions to remove now, of the `complete` ones, given those `in_use` (pure).
-    /// A version seen in use again starts over.
-    pub fn plan(
-        &mut self,
-        now: Instant,
-        complete: &BTreeSet<Digest>,
-        in_use: &BTreeSet<Digest>,
-    ) -> Vec<Digest> {
+    /// What to remove now, of the `present` things, given those `in_use` (pure). A thing
+    /// seen in use again starts over.
+    pub fn plan(&mut self, now: Instant, present: &BTreeSet<K>, in_use: &BTreeSet<K>) -> Vec<K> {
         self.unused_since
-            .retain(|d, _| complete.contains(d) && !in_use.contains(d));
+            .retain(|k, _| present.contains(k) && !in_use.contains(k));
         let mut due = Vec::new();
-        for d in complete.difference(in_use) {
-            let since = *self.unused_since.entry(*d).or_insert(now);
+        for k in present.difference(in_use) {
+            let since = *self.unused_since.entry(k.clone()).or_insert(now);
             if now.saturating_duration_since(since) >= self.grace {
-                due.push(*d);
+                due.push(k.clone());
             }
         }
-        for d in &due {
-            self.unused_since.remove(d);
+        for k in &due {
+            self.unused_since.remove(k);
         }
         due
     }
 }
 
-/// One pass over `store`: removes the versions [`Collector::plan`] says are due and
-/// returns them. Blocking (directory removal). A version a link moved back onto between
-/// the plan and the removal is kept ([`WeightStore::remove_unused`] re-checks under the
-/// store's link lock).
+/// The cleanup state of one store: both rules' collectors.
+#[derive(Debug)]
+pub struct Cleanup {
+    links: Collector<CurrentLink>,
+    versions: Collector<Digest>,
+}
+
+impl Cleanup {
+    /// Removes links and versions unused for `grace`.
+    pub fn new(grace: Duration) -> Cleanup {
+        Cleanup {
+            links: Collector::new(grace),
+            versions: Collector::new(grace),
+        }
+    }
+}
+
+/// What one pass removed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Removed {
+    /// Links of groups that left this node.
+    pub links: Vec<CurrentLink>,
+    /// Versions no link used.
+    pub versions: Vec<Digest>,
+}
+
+/// One pass over `store`. `groups_here` gives the links of the groups with a member Pod on
+/// this node, or None while that is not known yet (no link is judged then); it is asked
+/// again right before each removal, so a group that arrived meanwhile keeps its link.
+/// A version a link moved back onto between the plan and the removal is kept
+/// ([`WeightStore::remove_unused`] re-checks under the store's link lock). Blocking
+/// (directory removal).
 pub fn collect(
     store: &WeightStore,
-    collector: &mut Collector,
+    cleanup: &mut Cleanup,
     now: Instant,
-) -> Result<Vec<Digest>> {
+    groups_here: &dyn Fn() -> Option<BTreeSet<CurrentLink>>,
+) -> Result<Removed> {
+    let mut removed = Removed::default();
+    if let Some(here) = groups_here() {
+        for link in cleanup.links.plan(now, &store.group_links()?, &here) {
+            let still_gone = groups_here().is_some_and(|h| !h.contains(&link));
+            if still_gone && store.remove_link(&link)? {
+                removed.links.push(link);
+            }
+        }
+    }
     let complete = store.complete_versions();
     let in_use = store.linked_versions()?;
-    let mut removed = Vec::new();
-    for digest in collector.plan(now, &complete, &in_use) {
+    for digest in cleanup.versions.plan(now, &complete, &in_use) {
         if store.remove_unused(&digest)? {
-            removed.push(digest);
+            removed.versions.push(digest);
         }
     }
     Ok(removed)
@@ -158,9 +198,11 @@ mod tests {
         // Group a rolls to the third version; the first is no longer linked.
         store.activate(&digests[2], &a).unwrap();
 
-        let mut c = Collector::new(Duration::ZERO);
-        let removed = collect(&store, &mut c, Instant::now()).expect("collect");
-        assert_eq!(removed, vec![digests[0]]);
+        let mut c = Cleanup::new(Duration::ZERO);
+        let both_here = || Some([a.clone(), b.clone()].into_iter().collect());
+        let removed = collect(&store, &mut c, Instant::now(), &both_here).expect("collect");
+        assert_eq!(removed.versions, vec![digests[0]]);
+        assert!(removed.links.is_empty());
         assert!(!store.version_dir(&digests[0]).exists());
         assert!(!store.is_complete(&digests[0]));
         for kept in &digests[1..] {
@@ -172,6 +214,69 @@ mod tests {
         // The workers' paths still resolve.
         assert!(store.link_path(&a).join("w.bin").is_file());
         assert!(store.link_path(&b).join("w.bin").is_file());
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+
+    #[test]
+    fn a_group_that_left_the_node_loses_its_link_and_then_its_version() {
+        use crate::weights::link::CurrentLink;
+        let tmp = crate::weights::test_dirs::fresh("gc", "links");
+        let store = WeightStore::open(tmp.join("store")).expect("store");
+        let mut digests = Vec::new();
+        for seed in [1u8, 2] {
+            let src = tmp.join(format!("src{seed}"));
+            std::fs::create_dir_all(&src).unwrap();
+            std::fs::write(src.join("w.bin"), vec![seed; 10_000]).unwrap();
+            let m = crate::weights::Manifest::build(&src, 4096).unwrap();
+            store.install_dir(&src, &m.digest(), 4096).unwrap();
+            digests.push(m.digest());
+        }
+        let a = CurrentLink::group("default", "a").unwrap();
+        let b = CurrentLink::group("default", "b").unwrap();
+        store.activate(&digests[0], &a).unwrap();
+        store.activate(&digests[1], &b).unwrap();
+        let only_a = || Some([a.clone()].into_iter().collect());
+        let unknown = || None;
+
+        let grace = Duration::from_secs(10);
+        let mut c = Cleanup::new(grace);
+        let t0 = Instant::now();
+        // Before the driver has listed the node's Pods, no link is judged.
+        let r = collect(&store, &mut c, t0 + grace * 5, &unknown).unwrap();
+        assert_eq!(r, Removed::default());
+        // b has no member here: its link goes after the grace, its version a grace later.
+        assert_eq!(
+            collect(&store, &mut c, t0, &only_a).unwrap(),
+            Removed::default()
+        );
+        let r = collect(&store, &mut c, t0 + grace, &only_a).unwrap();
+        assert_eq!(r.links, vec![b.clone()]);
+        assert!(r.versions.is_empty(), "the version has its own grace");
+        assert!(!store.link_path(&b).parent().unwrap().exists());
+        let r = collect(&store, &mut c, t0 + grace * 2, &only_a).unwrap();
+        assert_eq!(r.versions, vec![digests[1]]);
+        assert!(!store.version_dir(&digests[1]).exists());
+        // a keeps its link and version throughout.
+        assert!(store.link_path(&a).join("w.bin").is_file());
+
+        // A group that arrives between the plan and the removal keeps its link.
+        store.activate(&digests[0], &b).unwrap();
+        let asked = std::cell::Cell::new(0);
+        let b_arrives = || {
+            asked.set(asked.get() + 1);
+            let here = if asked.get() == 1 {
+                vec![a.clone()]
+            } else {
+                vec![a.clone(), b.clone()]
+            };
+            Some(here.into_iter().collect())
+        };
+        let mut c = Cleanup::new(Duration::ZERO);
+        let r = collect(&store, &mut c, Instant::now(), &b_arrives).unwrap();
+        assert!(r.links.is_empty(), "{r:?}");
+        assert!(store.link_path(&b).join("w.bin").is_file());
+        // The store-wide link is never a group's to remove.
+        assert!(!store.remove_link(&CurrentLink::node()).unwrap());
         let _ = std::fs::remove_dir_all(&tmp);
     }
 }

@@ -19,7 +19,7 @@ pub const CURRENT_LINK: &str = "current";
 pub const GROUPS_DIR: &str = "groups";
 
 /// A symlink in the store through which one consumer reads one set.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CurrentLink {
     /// Relative to the store root; ends in [`CURRENT_LINK`].
     rel: PathBuf,
@@ -54,6 +54,18 @@ impl CurrentLink {
         })
     }
 
+    /// The link of the group whose directory under [`GROUPS_DIR`] is `dir_name`
+    /// (`<namespace>_<group>`); None for a name no group link has.
+    pub(crate) fn of_group_dir(dir_name: &str) -> Option<CurrentLink> {
+        let (namespace, group) = dir_name.split_once('_')?;
+        CurrentLink::group(namespace, group).ok()
+    }
+
+    /// Whether this is a group's link (not the store-wide one).
+    pub fn is_group(&self) -> bool {
+        self.rel.starts_with(GROUPS_DIR)
+    }
+
     /// The link's path relative to the store root.
     pub fn relative(&self) -> &Path {
         &self.rel
@@ -81,6 +93,16 @@ mod tests {
         assert_eq!(l.relative(), Path::new("groups/default_llama-70b/current"));
         assert_eq!(l.target("ab"), Path::new("../../versions/ab"));
         assert_eq!(CurrentLink::node().target("ab"), Path::new("versions/ab"));
+        assert!(l.is_group() && !CurrentLink::node().is_group());
+        assert_eq!(CurrentLink::of_group_dir("default_llama-70b"), Some(l));
+        // A group name may hold `_`; a namespace cannot, so the first `_` splits them.
+        assert_eq!(
+            CurrentLink::of_group_dir("ns_a_b"),
+            Some(CurrentLink::group("ns", "a_b").unwrap())
+        );
+        for stray in ["nounderscore", "_g", "ns_", ".x_g"] {
+            assert_eq!(CurrentLink::of_group_dir(stray), None, "{stray}");
+        }
         for (ns, g) in [
             ("", "g"),
             ("ns", ""),

@@ -272,27 +272,52 @@ impl WeightStore {
     /// The sets some link points at: the store-wide `current` and every group's.
     pub fn linked_versions(&self) -> Result<BTreeSet<Digest>> {
         let mut out: BTreeSet<Digest> = self.current()?.into_iter().collect();
+        for link in self.group_links()? {
+            out.extend(self.current_of(&link)?);
+        }
+        Ok(out)
+    }
+
+    /// The links of every group that has one in this store.
+    pub fn group_links(&self) -> Result<BTreeSet<CurrentLink>> {
         let groups = self.inner.root.join(GROUPS_DIR);
         let entries = match fs::read_dir(&groups) {
             Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeSet::new()),
             Err(e) => return Err(WeightsError::io("read directory", Some(groups), e)),
         };
+        let mut out = BTreeSet::new();
         for entry in entries {
             let entry = entry.map_err(io_at("read directory", &groups))?;
-            let link = entry.path().join(CURRENT_LINK);
-            match fs::read_link(&link) {
-                Ok(target) => out.extend(
-                    target
-                        .file_name()
-                        .and_then(|n| n.to_str())
-                        .and_then(|n| Digest::from_hex(n).ok()),
-                ),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(WeightsError::io("read link", Some(link), e)),
-            }
+            out.extend(
+                entry
+                    .file_name()
+                    .to_str()
+                    .and_then(CurrentLink::of_group_dir),
+            );
         }
         Ok(out)
+    }
+
+    /// Removes a group's link and its directory, so the version it pointed at can be
+    /// collected once nothing else links it. Returns false, touching nothing, for the
+    /// store-wide link or a group without one. Blocking.
+    pub fn remove_link(&self, link: &CurrentLink) -> Result<bool> {
+        if !link.is_group() {
+            return Ok(false);
+        }
+        let _links = self.inner.links.lock().unwrap_or_else(|p| p.into_inner());
+        let path = self.link_path(link);
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(WeightsError::io("remove link", Some(path), e)),
+        }
+        let dir = path.parent().expect("a link has a parent directory");
+        // Leftover temporary links of an interrupted activation go with it.
+        fs::remove_dir_all(dir).map_err(io_at("remove directory", dir))?;
+        sync_dir(&self.inner.root.join(GROUPS_DIR))?;
+        Ok(true)
     }
 
     /// Removes a complete set no link points at: it is no longer served, its directory is
