@@ -747,7 +747,11 @@ mod tests {
         assert!(!flush.running.load(Ordering::Acquire), "not enough yet");
         assert_eq!(flush.unflushed.load(Ordering::Acquire), FLUSH_EVERY - 1);
         flush.wrote(1, std::slice::from_ref(&file));
-        assert_eq!(flush.unflushed.load(Ordering::Acquire), 0, "a flush took it");
+        assert_eq!(
+            flush.unflushed.load(Ordering::Acquire),
+            0,
+            "a flush took it"
+        );
         // failure() waits for the flush to end.
         assert_eq!(flush.failure(), None);
         assert!(!flush.running.load(Ordering::Acquire));

@@ -173,6 +173,26 @@ impl Testbed {
         replicas: usize,
         within: Duration,
     ) -> Result<Vec<MemberPod>> {
+        self.wait_pool_ready_polling(
+            namespace,
+            group,
+            replicas,
+            within,
+            Duration::from_millis(100),
+        )
+        .await
+    }
+
+    /// As [`Testbed::wait_pool_ready`], looking every `poll` (a benchmark's clock stops
+    /// up to one poll late).
+    pub async fn wait_pool_ready_polling(
+        &self,
+        namespace: &str,
+        group: &str,
+        replicas: usize,
+        within: Duration,
+        poll: Duration,
+    ) -> Result<Vec<MemberPod>> {
         let groups: Api<HcommGroup> = Api::namespaced(self.client().await?, namespace);
         let deadline = Instant::now() + within;
         loop {
@@ -198,7 +218,7 @@ impl Testbed {
                     after: within,
                 });
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(poll).await;
         }
     }
 }
