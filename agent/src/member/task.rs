@@ -166,8 +166,6 @@ impl Run {
         }
     }
 
-    /// Waits up to `d` for a Pod change: None when the Pod is gone, Some(true) on a change,
-    /// Some(false) on timeout.
     /// Waits up to `d` for the Pod to change: Some(true) when it did (the spec is updated),
     /// None when it is gone, Some(false) when the time is up or the group changed (time to
     /// re-read it) — except while Failed, whose retry keeps its backoff.

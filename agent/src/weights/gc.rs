@@ -177,13 +177,13 @@ mod tests {
         assert_eq!(due, want);
     }
 
-    #[test]
-    fn the_store_removes_an_unlinked_version_and_keeps_linked_ones() {
-        use crate::weights::link::CurrentLink;
-        let tmp = crate::weights::test_dirs::fresh("gc", "store");
+    /// A fresh store holding `n` complete versions (one 10 kB file each); returns its
+    /// temporary folder too.
+    fn store_with_versions(label: &str, n: u8) -> (std::path::PathBuf, WeightStore, Vec<Digest>) {
+        let tmp = crate::weights::test_dirs::fresh("gc", label);
         let store = WeightStore::open(tmp.join("store")).expect("store");
         let mut digests = Vec::new();
-        for seed in [1u8, 2, 3] {
+        for seed in 1..=n {
             let src = tmp.join(format!("src{seed}"));
             std::fs::create_dir_all(&src).unwrap();
             std::fs::write(src.join("w.bin"), vec![seed; 10_000]).unwrap();
@@ -191,6 +191,13 @@ mod tests {
             store.install_dir(&src, &m.digest(), 4096).unwrap();
             digests.push(m.digest());
         }
+        (tmp, store, digests)
+    }
+
+    #[test]
+    fn the_store_removes_an_unlinked_version_and_keeps_linked_ones() {
+        use crate::weights::link::CurrentLink;
+        let (tmp, store, digests) = store_with_versions("store", 3);
         let a = CurrentLink::group("default", "a").unwrap();
         let b = CurrentLink::group("default", "b").unwrap();
         store.activate(&digests[0], &a).unwrap();
@@ -220,17 +227,7 @@ mod tests {
     #[test]
     fn a_group_that_left_the_node_loses_its_link_and_then_its_version() {
         use crate::weights::link::CurrentLink;
-        let tmp = crate::weights::test_dirs::fresh("gc", "links");
-        let store = WeightStore::open(tmp.join("store")).expect("store");
-        let mut digests = Vec::new();
-        for seed in [1u8, 2] {
-            let src = tmp.join(format!("src{seed}"));
-            std::fs::create_dir_all(&src).unwrap();
-            std::fs::write(src.join("w.bin"), vec![seed; 10_000]).unwrap();
-            let m = crate::weights::Manifest::build(&src, 4096).unwrap();
-            store.install_dir(&src, &m.digest(), 4096).unwrap();
-            digests.push(m.digest());
-        }
+        let (tmp, store, digests) = store_with_versions("links", 2);
         let a = CurrentLink::group("default", "a").unwrap();
         let b = CurrentLink::group("default", "b").unwrap();
         store.activate(&digests[0], &a).unwrap();
