@@ -41,7 +41,7 @@ impl TcpComm {
         let span = self.span("all_reduce", buf.len(), algo);
         let res = match algo {
             Algorithm::Tree => {
-                c::tree_all_reduce(&op, buf, dtype, rop)
+                c::tree_all_reduce(&op, buf, dtype, rop, self.seg_bytes)
                     .instrument(span)
                     .await
             }
@@ -267,7 +267,7 @@ impl Communicator for TcpComm {
     async fn barrier(&self) -> Result<(), CommError> {
         let op = self.begin("barrier", &[]).await?;
         let mut token = [0u8; 1];
-        let res = c::tree_all_reduce(&op, &mut token, DataType::U8, ReduceOp::Max)
+        let res = c::tree_all_reduce(&op, &mut token, DataType::U8, ReduceOp::Max, 1)
             .instrument(self.span("barrier", 0, Algorithm::Tree))
             .await;
         op.finish(res).await

@@ -14,12 +14,15 @@ use crate::schedule::segments;
 use crate::schedule::tree::{Role, recursive_doubling};
 use crate::tcp::op::Op;
 
-/// Recursive doubling all-reduce (latency-optimal, full buffer per round).
+/// Recursive doubling all-reduce (latency-optimal, full buffer per round). Each round's
+/// exchange is segmented: a segment that came in is reduced while the next ones are still
+/// on the wire, rather than after the whole buffer arrived.
 pub async fn tree_all_reduce(
     op: &Op<'_>,
     buf: &mut [u8],
     dtype: DataType,
     rop: ReduceOp,
+    seg_bytes: usize,
 ) -> Result<(), CommError> {
     let (n, r, len) = (op.world(), op.rank(), buf.len());
     if n == 1 {
@@ -36,9 +39,7 @@ pub async fn tree_all_reduce(
                 reduce_into(dtype, rop, buf, &m);
             }
             for q in partners {
-                let (_, m) = try_join(op.send(q, buf), op.recv_vec(q, len)).await?;
-                reduce_into(dtype, rop, buf, &m);
-                op.recycle(m);
+                exchange_reduce(op, q, buf, dtype, rop, seg_bytes).await?;
             }
             if let Some(f) = folded {
                 op.send(f, buf).await?;
@@ -46,6 +47,43 @@ pub async fn tree_all_reduce(
             Ok(())
         }
     }
+}
+
+/// Sends `buf` to `q` segment by segment while receiving `q`'s, reducing each received
+/// segment into `buf` once ours has left (the peer must get the value before the
+/// reduction). Both sides cut the same length into the same segments, one frame each.
+async fn exchange_reduce(
+    op: &Op<'_>,
+    q: usize,
+    buf: &mut [u8],
+    dtype: DataType,
+    rop: ReduceOp,
+    seg_bytes: usize,
+) -> Result<(), CommError> {
+    let seg = (seg_bytes / dtype.size()).max(1) * dtype.size();
+    let (to_send, mut sending) = mpsc::unbounded_channel::<&mut [u8]>();
+    let (sent, mut to_reduce) = mpsc::unbounded_channel::<&mut [u8]>();
+    for part in buf.chunks_mut(seg) {
+        let _ = to_send.send(part);
+    }
+    drop(to_send);
+    let sender = async move {
+        while let Some(part) = sending.recv().await {
+            op.send(q, part).await?;
+            let _ = sent.send(part);
+        }
+        Ok::<_, CommError>(())
+    };
+    let receiver = async move {
+        while let Some(part) = to_reduce.recv().await {
+            let m = op.recv_exact(q, part.len()).await?;
+            reduce_into(dtype, rop, part, &m);
+            op.recycle(m);
+        }
+        Ok::<_, CommError>(())
+    };
+    try_join(sender, receiver).await?;
+    Ok(())
 }
 
 /// Pipelined chain broadcast: time ≈ size ÷ bandwidth + one segment per hop.
