@@ -246,15 +246,14 @@ async fn write_replies(
     mut rx: mpsc::Receiver<Reply>,
 ) -> Result<()> {
     while let Some(reply) = rx.recv().await {
-        let mut refused = None;
+        let refused = match &reply {
+            Reply::Refuse(e) => Some(e.clone()),
+            _ => None,
+        };
         let write = async {
             match reply {
                 Reply::Ready(bytes) => wr.write_all(&bytes).await,
-                Reply::Refuse(e) => {
-                    let r = wr.write_all(&Response::Error(e.clone()).encode()).await;
-                    refused = Some(e);
-                    r
-                }
+                Reply::Refuse(e) => wr.write_all(&Response::Error(e).encode()).await,
                 Reply::Chunk(chunk, load) => match load.await.ok().flatten() {
                     Some(data) => {
                         write_chunk(&mut wr, &chunk, &data).await?;
