@@ -56,6 +56,7 @@ def main():
     p.add_argument("--max-bytes", type=int, default=256 << 20)
     p.add_argument("--factor", type=int, default=4)
     p.add_argument("--budget", type=int, default=256 << 20)
+    p.add_argument("--max-iters", type=int, default=policy.MAX_ITERS, help="most timed iterations per size")
     p.add_argument("--ops", default=",".join(policy.OPS))
     p.add_argument("--transport", default="tcp")
     p.add_argument("--json")
@@ -82,7 +83,7 @@ def main():
             fn, out, expect, eff = made
             for _ in range(policy.warmup(size)):
                 fn()
-            k = policy.iters(size, a.budget)
+            k = policy.iters(size, a.budget, a.max_iters)
             dist.barrier()
             t0 = time.perf_counter()
             for _ in range(k):

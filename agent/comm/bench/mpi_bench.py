@@ -58,6 +58,7 @@ def main():
     p.add_argument("--max-bytes", type=int, default=256 << 20)
     p.add_argument("--factor", type=int, default=4)
     p.add_argument("--budget", type=int, default=256 << 20, help="bytes per size to time")
+    p.add_argument("--max-iters", type=int, default=policy.MAX_ITERS, help="most timed iterations per size")
     p.add_argument("--ops", default=",".join(policy.OPS))
     p.add_argument("--transport", default="tcp")
     p.add_argument("--json")
@@ -76,7 +77,7 @@ def main():
             eff = size if op in ("all_reduce", "broadcast") else (size // 4 // n) * n * 4
             for _ in range(policy.warmup(size)):
                 fn()
-            k = policy.iters(size, a.budget)
+            k = policy.iters(size, a.budget, a.max_iters)
             comm.Barrier()
             t0 = MPI.Wtime()
             for _ in range(k):

@@ -5,7 +5,7 @@ is measured the same way:
 - sizes: powers of `factor` from `min_bytes` to `max_bytes` (nccl-tests `-b -e -f`);
 - "size" is nccl-tests' notion: the all-reduce / broadcast buffer, the all-gather *output*,
   the reduce-scatter *input*, the all-to-all send buffer, all f32;
-- warm-up: 3 iterations below 16 MiB, 1 above; timed iterations: clamp(budget / size, 2, 50);
+- warm-up: 3 iterations below 16 MiB, 1 above; timed iterations: clamp(budget / size, 2, max_iters) (50 unless --max-iters);
 - time: mean per iteration on each rank, then the MAX over ranks (the slowest rank finishes
   the collective);
 - algbw = size / time; busbw = algbw * factor (nccl-tests' PERFORMANCE.md):
@@ -29,8 +29,11 @@ def warmup(size):
     return 3 if size < (16 << 20) else 1
 
 
-def iters(size, budget):
-    return max(2, min(50, budget // max(size, 1)))
+MAX_ITERS = 50
+
+
+def iters(size, budget, max_iters=MAX_ITERS):
+    return max(2, min(max(max_iters, 2), budget // max(size, 1)))
 
 
 def bus_factor(op, n):

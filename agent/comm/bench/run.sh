@@ -29,6 +29,7 @@ if [[ -n "${QUICK:-}" ]]; then
     SIZES=${SIZES:-"-b 4K -e 16M -f 4"}
     LOOP_BUDGET=${LOOP_BUDGET:-32M}
     NET_BUDGET=${NET_BUDGET:-16M}
+    MAX_ITERS=${MAX_ITERS:-50}
 else
     LOOP_WORLDS=${LOOP_WORLDS-2 4 8}
     NET_WORLD=${NET_WORLD-4}
@@ -36,6 +37,9 @@ else
     SIZES=${SIZES:-"-b 4K -e 256M -f 4"}
     LOOP_BUDGET=${LOOP_BUDGET:-128M}
     NET_BUDGET=${NET_BUDGET:-64M}
+    # Small sizes are timed over up to 200 iterations: at 50, a single descheduling of a
+    # rank on the shared cores moved a 4 KiB mean by half between runs.
+    MAX_ITERS=${MAX_ITERS:-200}
 fi
 OPS=${OPS:-all_reduce,all_gather,reduce_scatter,broadcast,all_to_all}
 # 2 cores shared by up to 8 ranks: Open MPI must yield when idle instead of busy-polling (it
@@ -76,6 +80,7 @@ meta() {
         echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
         echo "host: $(uname -srm), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB"
         echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+        echo "timed iterations per size: clamp(budget / size, 2, $MAX_ITERS); budgets: loopback $LOOP_BUDGET, shaped $NET_BUDGET"
         echo "hcomm: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo uncommitted), TCP backend, release build"
         echo "Open MPI: $(mpirun --version | head -1)"
         echo "mpi4py: $($PY -c 'import mpi4py; print(mpi4py.__version__)')"
@@ -94,22 +99,22 @@ build() {
 loopback() {
     for n in $LOOP_WORLDS; do
         log "loopback, $n ranks: hcomm"
-        run "$BENCH" --ranks "$n" --ops "$OPS" $SIZES --budget "$LOOP_BUDGET" \
+        run "$BENCH" --ranks "$n" --ops "$OPS" $SIZES --max-iters "$MAX_ITERS" --budget "$LOOP_BUDGET" \
             --bind 127.0.0.1 --json "$RES" --label tcp/loopback
         log "loopback, $n ranks: Open MPI tcp"
         run "${MPIRUN[@]}" -np "$n" --mca btl tcp,self --mca btl_tcp_if_include lo \
-            $PY "$HERE/mpi_bench.py" --ops "$OPS" "${PYSIZES[@]}" --budget "$(to_bytes "$LOOP_BUDGET")" \
+            $PY "$HERE/mpi_bench.py" --ops "$OPS" "${PYSIZES[@]}" --max-iters "$MAX_ITERS" --budget "$(to_bytes "$LOOP_BUDGET")" \
             --transport tcp/loopback --json "$RES"
         log "loopback, $n ranks: Open MPI sm (vader)"
         run "${MPIRUN[@]}" -np "$n" --mca btl vader,self \
-            $PY "$HERE/mpi_bench.py" --ops "$OPS" "${PYSIZES[@]}" --budget "$(to_bytes "$LOOP_BUDGET")" \
+            $PY "$HERE/mpi_bench.py" --ops "$OPS" "${PYSIZES[@]}" --max-iters "$MAX_ITERS" --budget "$(to_bytes "$LOOP_BUDGET")" \
             --transport sm/loopback --json "$RES"
         log "loopback, $n ranks: Gloo"
-        record "for r in 0..$((n - 1)): $PY $HERE/gloo_bench.py --rank \$r --world $n --master 127.0.0.1:29500 --ifname lo --ops $OPS ${PYSIZES[*]} --budget $(to_bytes "$LOOP_BUDGET") --transport tcp/loopback --json $RES"
+        record "for r in 0..$((n - 1)): $PY $HERE/gloo_bench.py --rank \$r --world $n --master 127.0.0.1:29500 --ifname lo --ops $OPS ${PYSIZES[*]} --max-iters $MAX_ITERS --budget $(to_bytes "$LOOP_BUDGET") --transport tcp/loopback --json $RES"
         PIDS=()
         for ((r = 0; r < n; r++)); do
             bg_rank "$r" $PY "$HERE/gloo_bench.py" --rank "$r" --world "$n" --master 127.0.0.1:29500 --ifname lo \
-                --ops "$OPS" "${PYSIZES[@]}" --budget "$(to_bytes "$LOOP_BUDGET")" \
+                --ops "$OPS" "${PYSIZES[@]}" --max-iters "$MAX_ITERS" --budget "$(to_bytes "$LOOP_BUDGET")" \
                 --transport tcp/loopback --json "$RES"
         done
         wait "${PIDS[@]}"
@@ -149,14 +154,34 @@ print(json.dumps({"impl": "iperf3", "transport": sys.argv[2], "bits_per_second":
                   "busbw": bps / 8 / 1e9}))
 EOF
 
+    # A ring all-reduce keeps every link i -> i+1 busy at once; on 2 cores that is more
+    # than the CPU can drive at 5 Gbit/s, so the report shows this limit beside the link's.
+    log "iperf3 on every ring link at once ($rate)"
+    local i
+    for ((i = 0; i < n; i++)); do in_ns "$i" iperf3 -s -1 -D; done
+    sleep 0.5
+    record "for i in 0..$((n - 1)), all at once: ip netns exec hcb-h\$i iperf3 -c <host (i+1) mod $n> -t 5 -J"
+    PIDS=()
+    for ((i = 0; i < n; i++)); do
+        in_ns "$i" iperf3 -c "$("$HERE/netns.sh" ip $(((i + 1) % n)))" -t 5 -J >"$OUT/iperf3-ring-$rate-$i.json" &
+        PIDS+=($!)
+    done
+    wait "${PIDS[@]}"
+    $PY - "$label" "$OUT"/iperf3-ring-"$rate"-*.json >>"$RES" <<'EOF'
+import json, sys
+bps = [json.load(open(f))["end"]["sum_received"]["bits_per_second"] for f in sys.argv[2:]]
+print(json.dumps({"impl": "iperf3-ring", "transport": sys.argv[1], "links": len(bps),
+                  "busbw": sum(bps) / len(bps) / 8 / 1e9, "min_busbw": min(bps) / 8 / 1e9}))
+EOF
+
     log "$rate: hcomm"
     local rootf=$OUT/root-info-$rate
     rm -f "$rootf"
     PIDS=()
-    record "for i in 0..$((n - 1)): ip netns exec hcb-h\$i $BENCH worker --rank \$i --world $n --root-info-file $rootf --bind eth0 --ops $OPS $SIZES --budget $NET_BUDGET --json $RES --label $label"
+    record "for i in 0..$((n - 1)): ip netns exec hcb-h\$i $BENCH worker --rank \$i --world $n --root-info-file $rootf --bind eth0 --ops $OPS $SIZES --max-iters $MAX_ITERS --budget $NET_BUDGET --json $RES --label $label"
     for ((i = 0; i < n; i++)); do
         bg_rank "$i" in_ns "$i" "$BENCH" worker --rank "$i" --world "$n" --root-info-file "$rootf" --bind eth0 \
-            --ops "$OPS" $SIZES --budget "$NET_BUDGET" --json "$RES" --label "$label"
+            --ops "$OPS" $SIZES --max-iters "$MAX_ITERS" --budget "$NET_BUDGET" --json "$RES" --label "$label"
     done
     wait "${PIDS[@]}"
 
@@ -166,15 +191,15 @@ EOF
     for ((i = 0; i < n; i++)); do echo "hcb-h$i slots=1" >>"$hosts"; done
     run "${MPIRUN[@]}" -np "$n" --hostfile "$hosts" --mca plm_rsh_agent "$HERE/netns-rsh.sh" \
         --mca oob_tcp_if_include 10.77.0.0/24 --mca btl_tcp_if_include 10.77.0.0/24 --mca btl tcp,self \
-        $PY "$HERE/mpi_bench.py" --ops "$OPS" "${PYSIZES[@]}" --budget "$(to_bytes "$NET_BUDGET")" \
+        $PY "$HERE/mpi_bench.py" --ops "$OPS" "${PYSIZES[@]}" --max-iters "$MAX_ITERS" --budget "$(to_bytes "$NET_BUDGET")" \
         --transport "$label" --json "$RES"
 
     log "$rate: Gloo"
-    record "for i in 0..$((n - 1)): ip netns exec hcb-h\$i $PY $HERE/gloo_bench.py --rank \$i --world $n --master $ip0:29500 --ifname eth0 --ops $OPS ${PYSIZES[*]} --budget $(to_bytes "$NET_BUDGET") --transport $label --json $RES"
+    record "for i in 0..$((n - 1)): ip netns exec hcb-h\$i $PY $HERE/gloo_bench.py --rank \$i --world $n --master $ip0:29500 --ifname eth0 --ops $OPS ${PYSIZES[*]} --max-iters $MAX_ITERS --budget $(to_bytes "$NET_BUDGET") --transport $label --json $RES"
     PIDS=()
     for ((i = 0; i < n; i++)); do
         bg_rank "$i" in_ns "$i" $PY "$HERE/gloo_bench.py" --rank "$i" --world "$n" --master "$ip0:29500" \
-            --ifname eth0 --ops "$OPS" "${PYSIZES[@]}" --budget "$(to_bytes "$NET_BUDGET")" \
+            --ifname eth0 --ops "$OPS" "${PYSIZES[@]}" --max-iters "$MAX_ITERS" --budget "$(to_bytes "$NET_BUDGET")" \
             --transport "$label" --json "$RES"
     done
     wait "${PIDS[@]}"

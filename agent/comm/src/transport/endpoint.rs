@@ -36,16 +36,21 @@ pub struct EndpointConfig {
     pub socket_buffer: Option<usize>,
     /// Largest accepted frame payload.
     pub max_frame: usize,
-    /// How long a receive polls for its data before the task parks (default: `HCOMM_SPIN_US`
-    /// microseconds, else 0). Parking costs a thread wake-up per message, which dominates
-    /// small-message latency; polling costs CPU. Worth it only where every rank has a core
-    /// of its own: 2 ranks on 2 idle cores went from ~70 to ~22 µs per 4 KiB all-reduce
-    /// with 50 µs, while 4 ranks on the same 2 cores got slower (docs/benchmarks.md).
+    /// The most a receive polls for its data before the task parks (default: `HCOMM_SPIN_US`
+    /// microseconds, else [`DEFAULT_SPIN`]; zero never polls). Parking costs a thread
+    /// wake-up per message, which dominates small-message latency; polling costs CPU, and
+    /// where ranks outnumber cores it takes the core a peer needs. So polling yields the
+    /// core at every turn and adapts: a receive polls only while recent receives waited
+    /// no longer than this (`transport::spin`). Measured in docs/benchmarks.md.
     pub spin: Duration,
 }
 
 /// The environment variable that sets [`EndpointConfig::spin`], in microseconds.
 pub const SPIN_ENV: &str = "HCOMM_SPIN_US";
+/// [`EndpointConfig::spin`] unless `HCOMM_SPIN_US` says otherwise: a few small-message
+/// round trips on loopback or within a rack. Of 0, 30, 50 and 100 µs, 100 was fastest or
+/// tied at 4 KiB for 2, 4 and 8 ranks on 2 cores (agent/comm/README.md).
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(100);
 
 impl std::fmt::Debug for EndpointConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -70,12 +75,10 @@ impl EndpointConfig {
             connect_timeout: Duration::from_secs(10),
             socket_buffer: Some(4 << 20),
             max_frame: DEFAULT_MAX_FRAME,
-            spin: Duration::from_micros(
-                std::env::var(SPIN_ENV)
-                    .ok()
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0),
-            ),
+            spin: std::env::var(SPIN_ENV)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .map_or(DEFAULT_SPIN, Duration::from_micros),
         }
     }
 }

@@ -9,6 +9,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::spin::SpinPolicy;
+
 /// (peer endpoint id, communicator id, tag).
 pub type Key = (u64, u64, u64);
 
@@ -54,8 +56,8 @@ struct State {
 #[derive(Default)]
 pub struct Mailbox {
     state: Mutex<State>,
-    /// How long a receiver polls before it parks (`EndpointConfig::spin`).
-    spin: std::time::Duration,
+    /// How long a receiver polls before it parks (`EndpointConfig::spin`, adapted).
+    spin: SpinPolicy,
     /// Recycled receive buffers: large fresh allocations cost page faults on every frame.
     pool: Mutex<Pool>,
 }
@@ -76,10 +78,10 @@ struct Pool {
 }
 
 impl Mailbox {
-    /// A mailbox whose receivers poll for `spin` before they park.
+    /// A mailbox whose receivers poll for up to `spin` before they park.
     pub fn with_spin(spin: std::time::Duration) -> Mailbox {
         Mailbox {
-            spin,
+            spin: SpinPolicy::new(spin),
             ..Mailbox::default()
         }
     }
@@ -194,12 +196,27 @@ impl Mailbox {
     /// Next message for `key`, waiting until `deadline`. Data that arrived before a failure
     /// is still delivered first.
     pub async fn pop(&self, key: Key, deadline: Instant) -> Result<Msg, PopError> {
-        if !self.spin.is_zero() {
-            // Poll before parking: `yield_now` lets this worker run the reader task and
-            // poll the socket driver, so a reply arriving within the spin is taken without
-            // the thread sleeping in epoll and being woken (tens of µs on a VM). Only a
-            // win where every rank has a core of its own (see `EndpointConfig::spin`).
-            let until = std::time::Instant::now() + self.spin;
+        if let Some(done) = Self::take(&mut self.lock(), key) {
+            return done;
+        }
+        // Only receives that had to wait tell whether waiting by polling pays.
+        let start = std::time::Instant::now();
+        let got = self.wait(key, deadline).await;
+        if got.is_ok() {
+            self.spin.record(start.elapsed());
+        }
+        got
+    }
+
+    async fn wait(&self, key: Key, deadline: Instant) -> Result<Msg, PopError> {
+        let spin = self.spin.budget();
+        if !spin.is_zero() {
+            // Poll before parking. `yield_now` lets this worker run the reader task and poll
+            // the socket driver, so a reply arriving within the spin is taken without the
+            // thread sleeping in epoll and being woken. The OS yield is Open MPI's
+            // `mpi_yield_when_idle`: where ranks outnumber cores, the peer this rank waits
+            // for may need this core; where nobody else is runnable it returns at once.
+            let until = std::time::Instant::now() + spin;
             loop {
                 if let Some(done) = Self::take(&mut self.lock(), key) {
                     return done;
@@ -208,6 +225,7 @@ impl Mailbox {
                     break;
                 }
                 tokio::task::yield_now().await;
+                std::thread::yield_now();
             }
         }
         loop {

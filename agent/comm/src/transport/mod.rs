@@ -14,6 +14,7 @@ mod handshake;
 pub mod iface;
 pub mod mailbox;
 mod rendezvous;
+mod spin;
 
 pub use connection::Connection;
 pub use endpoint::{Endpoint, EndpointConfig, EndpointStats, Rejection};

@@ -19,7 +19,8 @@ common:
   -b, --min-bytes SIZE  smallest size (4K, 1M, ...)                  [4K]
   -e, --max-bytes SIZE  largest size                                 [256M]
   -f, --factor N        size multiplier                              [4]
-  --budget SIZE         bytes timed per size (iterations = budget/size, 2..50) [256M]
+  --budget SIZE         bytes timed per size (iterations = budget/size, 2..max) [256M]
+  --max-iters N         most timed iterations per size                [50]
   --dtype T             f32|f64|f16|bf16|i8|u8|i32|i64               [f32]
   --algo A              auto|ring|tree (all-reduce, broadcast)       [auto, or HCOMM_ALGO]
   --segment SIZE        pipeline segment of ring/chain schedules      [engine default]
@@ -28,8 +29,8 @@ common:
   --json FILE           append one JSON object per row (for the comparison table)
   --label L             transport label in the JSON rows              [tcp]
   --timeout SECS        per-operation timeout                        [120]
-  --threads N           runtime worker threads per rank              [2]
-  (HCOMM_SPIN_US=N: receives poll N µs before parking; see EndpointConfig::spin)";
+  --threads N           threads per rank (1: a current-thread runtime) [1]
+  (HCOMM_SPIN_US=N: receives poll up to N µs before parking, 0 never [100]; EndpointConfig::spin)";
 
 /// Parsed flags.
 #[derive(Debug, Clone)]
@@ -45,6 +46,7 @@ pub struct Args {
     pub max_bytes: usize,
     pub factor: usize,
     pub budget: usize,
+    pub max_iters: usize,
     pub dtype: DataType,
     pub algo: Option<Algorithm>,
     pub segment: Option<usize>,
@@ -53,7 +55,7 @@ pub struct Args {
     pub json: Option<PathBuf>,
     pub label: String,
     pub timeout_secs: u64,
-    /// Tokio worker threads of each rank's runtime.
+    /// Threads of each rank's runtime (1: current-thread, more: multi-thread workers).
     pub threads: usize,
     /// Flags to pass on to workers (everything but launcher-only ones).
     pub passthrough: Vec<String>,
@@ -73,6 +75,7 @@ impl Args {
             max_bytes: 256 << 20,
             factor: 4,
             budget: 256 << 20,
+            max_iters: plan::MAX_ITERS,
             dtype: DataType::F32,
             algo: None,
             segment: None,
@@ -81,7 +84,7 @@ impl Args {
             json: None,
             label: "tcp".into(),
             timeout_secs: 120,
-            threads: 2,
+            threads: 1,
             passthrough: Vec::new(),
         };
         let mut it = it.into_iter();
@@ -116,6 +119,7 @@ impl Args {
                 "-e" | "--max-bytes" => a.max_bytes = plan::parse_bytes(&value)?,
                 "-f" | "--factor" => a.factor = num(&value)?,
                 "--budget" => a.budget = plan::parse_bytes(&value)?,
+                "--max-iters" => a.max_iters = num(&value)?,
                 "--dtype" => a.dtype = value.parse().map_err(|e| format!("{e}"))?,
                 "--algo" => a.algo = Some(value.parse().map_err(|e| format!("{e}"))?),
                 "--segment" => a.segment = Some(plan::parse_bytes(&value)?),

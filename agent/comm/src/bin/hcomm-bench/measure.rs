@@ -13,6 +13,7 @@ pub struct Settings {
     pub ops: Vec<Op>,
     pub sizes: Vec<usize>,
     pub budget: usize,
+    pub max_iters: usize,
     pub dtype: DataType,
 }
 
@@ -173,7 +174,7 @@ pub async fn run<C: Communicator>(
             for _ in 0..plan::warmup(size) {
                 case.run(comm, s.dtype).await?;
             }
-            let k = plan::iters(size, s.budget);
+            let k = plan::iters(size, s.budget, s.max_iters);
             comm.barrier().await?;
             let t0 = Instant::now();
             for _ in 0..k {

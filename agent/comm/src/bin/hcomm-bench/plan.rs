@@ -108,9 +108,12 @@ pub fn warmup(size: usize) -> usize {
     if size < 16 << 20 { 3 } else { 1 }
 }
 
-/// Timed iterations: about `budget` bytes per size, at least 2, at most 50.
-pub fn iters(size: usize, budget: usize) -> usize {
-    (budget / size.max(1)).clamp(2, 50)
+/// Timed iterations unless `--max-iters` says otherwise.
+pub const MAX_ITERS: usize = 50;
+
+/// Timed iterations: about `budget` bytes per size, at least 2, at most `max`.
+pub fn iters(size: usize, budget: usize, max: usize) -> usize {
+    (budget / size.max(1)).clamp(2, max.max(2))
 }
 
 /// One measured row.
@@ -223,9 +226,10 @@ mod tests {
 
     #[test]
     fn iterations_shrink_with_size_within_bounds() {
-        assert_eq!(iters(4096, 256 << 20), 50);
-        assert_eq!(iters(256 << 20, 256 << 20), 2);
-        assert_eq!(iters(16 << 20, 256 << 20), 16);
+        assert_eq!(iters(4096, 256 << 20, MAX_ITERS), 50);
+        assert_eq!(iters(4096, 256 << 20, 400), 400);
+        assert_eq!(iters(256 << 20, 256 << 20, 400), 2);
+        assert_eq!(iters(16 << 20, 256 << 20, MAX_ITERS), 16);
     }
 
     #[test]

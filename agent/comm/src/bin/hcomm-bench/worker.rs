@@ -68,6 +68,7 @@ async fn rank_main(args: &Args) -> Result<(), String> {
         ops: args.ops.clone(),
         sizes: plan::sizes(args.min_bytes, args.max_bytes, args.factor),
         budget: args.budget,
+        max_iters: args.max_iters,
         dtype: args.dtype,
     };
     let lead = args.rank == 0;
@@ -97,14 +98,27 @@ async fn rank_main(args: &Args) -> Result<(), String> {
 }
 
 pub fn run(args: &Args) -> Result<(), String> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(args.threads)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))?;
-    // On a worker thread, not on `block_on`'s: a collective woken by the reader task that
-    // received its data then continues on the same thread; from `block_on` every message
-    // cost a cross-thread wake-up (futex), which dominated small-message latency.
+    // One thread by default, like an MPI rank: the reader tasks that receive a rank's data
+    // and the collective they wake share the thread, so no message costs a cross-thread
+    // wake-up, and a rank that polls for its data (`EndpointConfig::spin`) polls the socket
+    // itself. Against a 2-worker runtime on the idle 2-core machine (medians of 5–7
+    // interleaved runs): 4 KiB at 2 ranks 35 against 46 µs, 16 and 64 MiB at 2 ranks
+    // 1.21–1.23 against 1.0–1.07 GB/s (agent/comm/README.md).
+    let rt = if args.threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(args.threads)
+            .enable_all()
+            .build()
+    }
+    .map_err(|e| format!("tokio runtime: {e}"))?;
+    // With more threads, on a worker thread, not on `block_on`'s: a collective woken by the
+    // reader task that received its data then continues on the same thread; from
+    // `block_on` every message cost a cross-thread wake-up (futex), which dominated
+    // small-message latency.
     let args = args.clone();
     rt.block_on(async move { tokio::spawn(async move { rank_main(&args).await }).await })
         .map_err(|e| format!("rank task: {e}"))?
