@@ -3,6 +3,7 @@
 //! check them by simulation (every rank ends with every contribution, exactly once).
 
 pub mod broadcast;
+pub mod bruck;
 pub mod ring;
 pub mod select;
 pub mod tree;

@@ -111,6 +111,81 @@ impl TcpComm {
         };
         op.finish(res).await
     }
+
+    /// All-gather with an explicit algorithm for this call (`Tree`: Bruck's, for small
+    /// messages; `Ring`: segmented and pipelined).
+    pub async fn all_gather_with(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        algo: Algorithm,
+    ) -> Result<(), CommError> {
+        if recv.len() != send.len() * self.world {
+            return Err(CommError::invalid(
+                "all_gather",
+                format!(
+                    "receive buffer is {} bytes, expected world size {} x {}",
+                    recv.len(),
+                    self.world,
+                    send.len()
+                ),
+            ));
+        }
+        let algo = select::all_gather(algo, recv.len(), self.world);
+        let op = self.begin("all_gather", &[algo.name()]).await?;
+        let span = self.span("all_gather", send.len(), algo);
+        let res = match algo {
+            Algorithm::Tree => c::bruck_all_gather(&op, send, recv).instrument(span).await,
+            _ => {
+                c::ring_all_gather(&op, send, recv, self.seg_bytes)
+                    .instrument(span)
+                    .await
+            }
+        };
+        op.finish(res).await
+    }
+
+    /// Reduce-scatter with an explicit algorithm for this call (`Tree`: a recursive-doubling
+    /// all-reduce of the input, for small messages; `Ring`: segmented and pipelined).
+    pub async fn reduce_scatter_with(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        dtype: DataType,
+        rop: ReduceOp,
+        algo: Algorithm,
+    ) -> Result<(), CommError> {
+        dtype.element_count("reduce_scatter", recv.len())?;
+        if send.len() != recv.len() * self.world {
+            return Err(CommError::invalid(
+                "reduce_scatter",
+                format!(
+                    "send buffer is {} bytes, expected world size {} x {}",
+                    send.len(),
+                    self.world,
+                    recv.len()
+                ),
+            ));
+        }
+        let algo = select::reduce_scatter(algo, send.len(), self.world);
+        let op = self
+            .begin("reduce_scatter", &[dtype.name(), rop.name(), algo.name()])
+            .await?;
+        let span = self.span("reduce_scatter", send.len(), algo);
+        let res = match algo {
+            Algorithm::Tree => {
+                c::tree_reduce_scatter(&op, send, recv, dtype, rop, self.seg_bytes)
+                    .instrument(span)
+                    .await
+            }
+            _ => {
+                c::ring_reduce_scatter(&op, send, recv, dtype, rop, self.seg_bytes)
+                    .instrument(span)
+                    .await
+            }
+        };
+        op.finish(res).await
+    }
 }
 
 impl Communicator for TcpComm {
@@ -140,23 +215,7 @@ impl Communicator for TcpComm {
     }
 
     async fn all_gather(&self, send: &[u8], recv: &mut [u8]) -> Result<(), CommError> {
-        if recv.len() != send.len() * self.world {
-            return Err(CommError::invalid(
-                "all_gather",
-                format!(
-                    "receive buffer is {} bytes, expected world size {} x {}",
-                    recv.len(),
-                    self.world,
-                    send.len()
-                ),
-            ));
-        }
-        let op = self.begin("all_gather", &[]).await?;
-        let span = self.span("all_gather", send.len(), Algorithm::Ring);
-        let res = c::ring_all_gather(&op, send, recv, self.seg_bytes)
-            .instrument(span)
-            .await;
-        op.finish(res).await
+        self.all_gather_with(send, recv, self.algo).await
     }
 
     async fn reduce_scatter(
@@ -166,26 +225,8 @@ impl Communicator for TcpComm {
         dtype: DataType,
         rop: ReduceOp,
     ) -> Result<(), CommError> {
-        dtype.element_count("reduce_scatter", recv.len())?;
-        if send.len() != recv.len() * self.world {
-            return Err(CommError::invalid(
-                "reduce_scatter",
-                format!(
-                    "send buffer is {} bytes, expected world size {} x {}",
-                    send.len(),
-                    self.world,
-                    recv.len()
-                ),
-            ));
-        }
-        let op = self
-            .begin("reduce_scatter", &[dtype.name(), rop.name()])
-            .await?;
-        let span = self.span("reduce_scatter", send.len(), Algorithm::Ring);
-        let res = c::ring_reduce_scatter(&op, send, recv, dtype, rop, self.seg_bytes)
-            .instrument(span)
-            .await;
-        op.finish(res).await
+        self.reduce_scatter_with(send, recv, dtype, rop, self.algo)
+            .await
     }
 
     async fn broadcast(&self, buf: &mut [u8], root: usize) -> Result<(), CommError> {

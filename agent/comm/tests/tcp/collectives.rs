@@ -40,17 +40,19 @@ async fn data_movement_primitives_deliver_every_byte_for_every_world_size() {
         let comms = world(n).await;
         on_all(&comms, move |c| async move {
             let r = c.rank();
-            // all_gather with an odd length (and empty).
-            for len in [0usize, 13] {
-                let mine = pattern(r, len, 1);
-                let mut all = vec![0u8; len * n];
-                c.all_gather(&mine, &mut all).await.unwrap();
-                for q in 0..n {
-                    assert_eq!(
-                        &all[q * len..(q + 1) * len],
-                        &pattern(q, len, 1)[..],
-                        "n={n}"
-                    );
+            // all_gather with an odd length (and empty), both algorithms and `auto`.
+            for algo in [Algorithm::Ring, Algorithm::Tree, Algorithm::Auto] {
+                for len in [0usize, 13] {
+                    let mine = pattern(r, len, 1);
+                    let mut all = vec![0u8; len * n];
+                    c.all_gather_with(&mine, &mut all, algo).await.unwrap();
+                    for q in 0..n {
+                        assert_eq!(
+                            &all[q * len..(q + 1) * len],
+                            &pattern(q, len, 1)[..],
+                            "n={n} {algo}"
+                        );
+                    }
                 }
             }
             // broadcast from every root, both algorithms, odd sizes.
@@ -126,18 +128,23 @@ async fn reduce_scatter_and_reduce_match_the_reference() {
             let r = c.rank();
             for dtype in [DataType::I32, DataType::F16, DataType::U8, DataType::F64] {
                 for op in ReduceOp::ALL {
-                    // reduce_scatter: 5 elements per rank (odd), reference per block.
-                    let per = 5;
-                    let send = encode(dtype, &values(r, per * n, dtype, op));
-                    let mut recv = vec![0u8; per * dtype.size()];
-                    c.reduce_scatter(&send, &mut recv, dtype, op).await.unwrap();
-                    let full = reference(n, per * n, dtype, op);
-                    let es = dtype.size();
-                    assert_eq!(
-                        recv,
-                        full[r * per * es..(r + 1) * per * es],
-                        "n={n} {dtype} {op}"
-                    );
+                    // reduce_scatter: 5 elements per rank (odd), reference per block, both
+                    // algorithms and `auto`.
+                    for algo in [Algorithm::Ring, Algorithm::Tree, Algorithm::Auto] {
+                        let per = 5;
+                        let send = encode(dtype, &values(r, per * n, dtype, op));
+                        let mut recv = vec![0u8; per * dtype.size()];
+                        c.reduce_scatter_with(&send, &mut recv, dtype, op, algo)
+                            .await
+                            .unwrap();
+                        let full = reference(n, per * n, dtype, op);
+                        let es = dtype.size();
+                        assert_eq!(
+                            recv,
+                            full[r * per * es..(r + 1) * per * es],
+                            "n={n} {dtype} {op} {algo}"
+                        );
+                    }
                     // reduce to every root with both algorithms; others unchanged.
                     for algo in [Algorithm::Ring, Algorithm::Tree] {
                         for root in 0..n {

@@ -4,6 +4,7 @@
 //! sender, so forwarding overlaps receiving and nothing is copied twice.
 
 mod alltoall;
+mod bruck;
 mod ring;
 mod rooted;
 
@@ -15,8 +16,12 @@ use super::op::Op;
 use crate::api::CommError;
 
 pub use alltoall::{all_to_all_regions, regions};
+pub use bruck::bruck_all_gather;
 pub use ring::{ring_all_gather, ring_all_reduce, ring_reduce_scatter};
-pub use rooted::{chain_broadcast, chain_reduce, tree_all_reduce, tree_broadcast, tree_reduce};
+pub use rooted::{
+    chain_broadcast, chain_reduce, tree_all_reduce, tree_broadcast, tree_reduce,
+    tree_reduce_scatter,
+};
 
 pub(super) fn bytes(r: &Range<usize>, es: usize) -> Range<usize> {
     r.start * es..r.end * es

@@ -49,6 +49,23 @@ pub async fn tree_all_reduce(
     }
 }
 
+/// Small reduce-scatters: a recursive-doubling all-reduce of the whole (small) input, then
+/// this rank's block — ⌈log2 n⌉ rounds of n blocks instead of the ring's n − 1 rounds of one.
+pub async fn tree_reduce_scatter(
+    op: &Op<'_>,
+    send: &[u8],
+    recv: &mut [u8],
+    dtype: DataType,
+    rop: ReduceOp,
+    seg_bytes: usize,
+) -> Result<(), CommError> {
+    let (r, m) = (op.rank(), recv.len());
+    let mut all = send.to_vec();
+    tree_all_reduce(op, &mut all, dtype, rop, seg_bytes).await?;
+    recv.copy_from_slice(&all[r * m..(r + 1) * m]);
+    Ok(())
+}
+
 /// Sends `buf` to `q` segment by segment while receiving `q`'s, reducing each received
 /// segment into `buf` once ours has left (the peer must get the value before the
 /// reduction). Both sides cut the same length into the same segments, one frame each.
