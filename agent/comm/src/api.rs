@@ -167,9 +167,13 @@ pub enum Algorithm {
     /// broadcast/reduce.
     Ring,
     /// Latency-optimal: log2(n) rounds — recursive doubling for all-reduce (non-power-of-two
-    /// ranks folded in first), binomial trees for broadcast and reduce. Spelled `tree` in the
-    /// `HcommGroup` spec; `hd`, `halving-doubling`, `rd`, `recursive-doubling` also parse.
+    /// ranks folded in first), binomial trees for broadcast and reduce, Bruck's all-gather.
+    /// `rd` and `recursive-doubling` also parse.
     Tree,
+    /// Rabenseifner's all-reduce for mid-size messages: reduce-scatter by recursive halving,
+    /// all-gather by recursive doubling — the ring's bytes in 2·log2(n) rounds. Other
+    /// collectives take `Tree` for it. `hd` and `rabenseifner` also parse.
+    HalvingDoubling,
 }
 
 impl Algorithm {
@@ -181,6 +185,7 @@ impl Algorithm {
             Algorithm::Auto => "auto",
             Algorithm::Ring => "ring",
             Algorithm::Tree => "tree",
+            Algorithm::HalvingDoubling => "halving-doubling",
         }
     }
 
@@ -215,8 +220,15 @@ impl FromStr for Algorithm {
             match s.trim().to_ascii_lowercase().replace('_', "-").as_str() {
                 "auto" => Algorithm::Auto,
                 "ring" => Algorithm::Ring,
-                "tree" | "hd" | "halving-doubling" | "rd" | "recursive-doubling" => Algorithm::Tree,
-                _ => return Err(ParseError::new("algorithm", s, "auto|ring|tree")),
+                "tree" | "rd" | "recursive-doubling" => Algorithm::Tree,
+                "halving-doubling" | "hd" | "rabenseifner" => Algorithm::HalvingDoubling,
+                _ => {
+                    return Err(ParseError::new(
+                        "algorithm",
+                        s,
+                        "auto|ring|tree|halving-doubling",
+                    ));
+                }
             },
         )
     }
@@ -581,8 +593,15 @@ mod tests {
     fn algorithm_parses_its_spellings_and_refuses_garbage() {
         assert_eq!("auto".parse::<Algorithm>().unwrap(), Algorithm::Auto);
         assert_eq!("Ring".parse::<Algorithm>().unwrap(), Algorithm::Ring);
-        for s in ["tree", "hd", "halving_doubling", "recursive-doubling"] {
+        for s in ["tree", "rd", "recursive_doubling"] {
             assert_eq!(s.parse::<Algorithm>().unwrap(), Algorithm::Tree, "{s}");
+        }
+        for s in ["halving-doubling", "HD", "halving_doubling", "rabenseifner"] {
+            assert_eq!(
+                s.parse::<Algorithm>().unwrap(),
+                Algorithm::HalvingDoubling,
+                "{s}"
+            );
         }
         let err = "rign".parse::<Algorithm>().unwrap_err();
         assert!(err.to_string().contains("auto|ring|tree"));

@@ -4,6 +4,7 @@
 
 pub mod broadcast;
 pub mod bruck;
+pub mod halving;
 pub mod ring;
 pub mod select;
 pub mod tree;

@@ -1,6 +1,8 @@
-//! `Algorithm::Auto`: picks ring or tree by message size and world size. The thresholds are
-//! the crossovers measured on loopback (agent/comm/README.md, "Crossover"); below them the
-//! tree's ⌈log2 n⌉ rounds beat the ring's 2(n−1) steps, above them the ring's bandwidth wins.
+//! `Algorithm::Auto`: picks the schedule by message size and world size. The thresholds are
+//! the crossovers measured on loopback (agent/comm/README.md, "Crossover"): for small
+//! messages the tree's ⌈log2 n⌉ rounds beat the ring's 2(n−1), for large ones the ring's
+//! pipelined bandwidth wins, and in between (all-reduce, n ≥ 4) halving-doubling moves the
+//! ring's bytes in 2·log2(n) rounds.
 
 use crate::api::Algorithm;
 
@@ -14,9 +16,20 @@ pub fn all_reduce_tree_max(n: usize) -> usize {
         // 16 MiB (0.91–1.12 against 1.05–1.13).
         0..=2 => 8 << 20,
         3 => 1 << 20,
-        4 => 512 << 10,
-        _ => 256 << 10,
+        // Against halving-doubling, 3 interleaved runs each: at 4 ranks equal at 64 KiB,
+        // behind at 256 KiB (0.36 against 0.42 GB/s); at 8 ranks ahead at 64 KiB (680
+        // against 918 µs), behind at 256 KiB (0.17 against 0.23 GB/s).
+        _ => 128 << 10,
     }
+}
+
+/// All-reduce: largest message for which halving-doubling is chosen over the ring, above
+/// the tree's range (0: never). 3 interleaved runs each, GB/s: at 4 ranks 0.51 against the
+/// ring's 0.43 at 1 MiB, 0.49 against 0.46 at 4 MiB, behind at 16 MiB (0.47 against
+/// 0.53); at 8 ranks 0.24 against 0.23 at 1 MiB, level at 4 MiB, behind at 16 MiB. At 3
+/// ranks the fold leaves two active ranks, so it was not measured there.
+pub fn all_reduce_halving_max(n: usize) -> usize {
+    if n >= 4 { 4 << 20 } else { 0 }
 }
 
 /// Broadcast/reduce: largest message for which the binomial tree beats the chain.
@@ -51,17 +64,25 @@ pub fn reduce_scatter(algo: Algorithm, bytes: usize, n: usize) -> Algorithm {
     by_size(algo, bytes <= reduce_scatter_tree_max(n))
 }
 
+/// `Auto` by size for the collectives with two schedules; `HalvingDoubling`, which only
+/// all-reduce has, means their log-round one.
 fn by_size(algo: Algorithm, tree: bool) -> Algorithm {
     match algo {
         Algorithm::Auto if tree => Algorithm::Tree,
         Algorithm::Auto => Algorithm::Ring,
+        Algorithm::HalvingDoubling => Algorithm::Tree,
         a => a,
     }
 }
 
 /// Resolves `Auto` for an all-reduce of `bytes` over `n` ranks.
 pub fn all_reduce(algo: Algorithm, bytes: usize, n: usize) -> Algorithm {
-    by_size(algo, bytes <= all_reduce_tree_max(n))
+    match algo {
+        Algorithm::Auto if bytes <= all_reduce_tree_max(n) => Algorithm::Tree,
+        Algorithm::Auto if bytes <= all_reduce_halving_max(n) => Algorithm::HalvingDoubling,
+        Algorithm::Auto => Algorithm::Ring,
+        a => a,
+    }
 }
 
 /// Resolves `Auto` for a broadcast or reduce of `bytes` over `n` ranks.
@@ -82,6 +103,17 @@ mod tests {
         assert_eq!(all_reduce(Algorithm::Auto, 16 << 20, 2), Algorithm::Ring);
         assert_eq!(all_reduce(Algorithm::Tree, 1 << 30, 8), Algorithm::Tree);
         assert_eq!(rooted(Algorithm::Auto, 1 << 20, 4), Algorithm::Ring);
+        assert_eq!(
+            all_reduce(Algorithm::Auto, 1 << 20, 4),
+            Algorithm::HalvingDoubling
+        );
+        assert_eq!(
+            all_reduce(Algorithm::Auto, 4 << 20, 8),
+            Algorithm::HalvingDoubling
+        );
+        assert_eq!(all_reduce(Algorithm::Auto, 1 << 20, 3), Algorithm::Tree);
+        assert_eq!(all_reduce(Algorithm::Auto, 16 << 20, 4), Algorithm::Ring);
+        assert_eq!(rooted(Algorithm::HalvingDoubling, 8, 4), Algorithm::Tree);
         assert_eq!(all_gather(Algorithm::Auto, 4096, 8), Algorithm::Tree);
         assert_eq!(all_gather(Algorithm::Auto, 4096, 2), Algorithm::Ring);
         assert_eq!(all_gather(Algorithm::Auto, 4 << 20, 4), Algorithm::Ring);

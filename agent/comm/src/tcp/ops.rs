@@ -40,6 +40,11 @@ impl TcpComm {
             .await?;
         let span = self.span("all_reduce", buf.len(), algo);
         let res = match algo {
+            Algorithm::HalvingDoubling => {
+                c::halving_doubling_all_reduce(&op, buf, dtype, rop)
+                    .instrument(span)
+                    .await
+            }
             Algorithm::Tree => {
                 c::tree_all_reduce(&op, buf, dtype, rop, self.seg_bytes)
                     .instrument(span)

@@ -12,7 +12,7 @@ async fn all_reduce_matches_the_reference_for_every_type_op_algorithm_and_world_
         let comms = world(n).await;
         let failures = on_all(&comms, move |c| async move {
             let mut bad = Vec::new();
-            for algo in [Algorithm::Ring, Algorithm::Tree] {
+            for algo in [Algorithm::Ring, Algorithm::Tree, Algorithm::HalvingDoubling] {
                 for dtype in DataType::ALL {
                     for op in ReduceOp::ALL {
                         // Odd, tiny and empty lengths; segments are 64 bytes.

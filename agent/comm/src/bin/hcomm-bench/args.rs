@@ -22,7 +22,7 @@ common:
   --budget SIZE         bytes timed per size (iterations = budget/size, 2..max) [256M]
   --max-iters N         most timed iterations per size                [50]
   --dtype T             f32|f64|f16|bf16|i8|u8|i32|i64               [f32]
-  --algo A              auto|ring|tree (all-reduce, broadcast)       [auto, or HCOMM_ALGO]
+  --algo A              auto|ring|tree|halving-doubling              [auto, or HCOMM_ALGO]
   --segment SIZE        pipeline segment of ring/chain schedules      [engine default]
   --bind SPEC           interface (NCCL SOCKET_IFNAME syntax) or IP   [127.0.0.1]
   --secret S            group secret                                 [hcomm-bench]

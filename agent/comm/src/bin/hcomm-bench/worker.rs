@@ -101,9 +101,9 @@ pub fn run(args: &Args) -> Result<(), String> {
     // One thread by default, like an MPI rank: the reader tasks that receive a rank's data
     // and the collective they wake share the thread, so no message costs a cross-thread
     // wake-up, and a rank that polls for its data (`EndpointConfig::spin`) polls the socket
-    // itself. Against a 2-worker runtime on the idle 2-core machine (medians of 5–7
-    // interleaved runs): 4 KiB at 2 ranks 35 against 46 µs, 16 and 64 MiB at 2 ranks
-    // 1.21–1.23 against 1.0–1.07 GB/s (agent/comm/README.md).
+    // itself; with two workers, polls missed while the other sat in epoll holding the
+    // socket driver. Large messages gained too: 2 ranks, 16 and 64 MiB, 1.21–1.23 against
+    // 1.0–1.07 GB/s (medians of 5 interleaved runs, agent/comm/README.md).
     let rt = if args.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()

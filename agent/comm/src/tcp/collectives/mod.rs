@@ -5,6 +5,7 @@
 
 mod alltoall;
 mod bruck;
+mod halving;
 mod ring;
 mod rooted;
 
@@ -17,6 +18,7 @@ use crate::api::CommError;
 
 pub use alltoall::{all_to_all_regions, regions};
 pub use bruck::bruck_all_gather;
+pub use halving::halving_doubling_all_reduce;
 pub use ring::{ring_all_gather, ring_all_reduce, ring_reduce_scatter};
 pub use rooted::{
     chain_broadcast, chain_reduce, tree_all_reduce, tree_broadcast, tree_reduce,
