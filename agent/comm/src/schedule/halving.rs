@@ -7,7 +7,7 @@
 
 use std::ops::Range;
 
-use super::tree::{Role, recursive_doubling};
+use super::tree::{Role, recursive_doubling, virtual_rank};
 
 /// One round: send blocks `send` to `peer` while receiving its blocks `recv`; in the
 /// reduce-scatter half the received blocks are reduced into ours, in the all-gather half
@@ -81,13 +81,6 @@ pub fn halving_doubling(n: usize, r: usize) -> Plan {
         blocks: p,
         rounds,
     }
-}
-
-/// The active rank's index among the p active ranks (the inverse of the fold's mapping).
-fn virtual_rank(n: usize, r: usize) -> usize {
-    let p = 1usize << (usize::BITS - 1 - n.leading_zeros());
-    let rem = n - p;
-    if r < 2 * rem { r / 2 } else { r - rem }
 }
 
 #[cfg(test)]

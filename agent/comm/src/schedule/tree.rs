@@ -17,17 +17,12 @@ pub enum Role {
 }
 
 pub fn recursive_doubling(n: usize, r: usize) -> Role {
-    let p = if n == 0 {
-        1
-    } else {
-        1 << (usize::BITS - 1 - n.leading_zeros())
-    };
-    let rem = n - p;
+    let (p, rem) = fold(n);
     if r < 2 * rem && r.is_multiple_of(2) {
         return Role::Folded { proxy: r + 1 };
     }
     let folded = (r < 2 * rem).then(|| r - 1);
-    let vrank = if r < 2 * rem { r / 2 } else { r - rem };
+    let vrank = virtual_rank(n, r);
     let real = |v: usize| if v < rem { 2 * v + 1 } else { v + rem };
     let mut partners = Vec::new();
     let mut mask = 1;
@@ -36,6 +31,23 @@ pub fn recursive_doubling(n: usize, r: usize) -> Role {
         mask <<= 1;
     }
     Role::Active { folded, partners }
+}
+
+/// p, the largest power of two ≤ n (1 for n = 0), and n − p, the number of folded ranks.
+fn fold(n: usize) -> (usize, usize) {
+    let p = if n == 0 {
+        1
+    } else {
+        1 << (usize::BITS - 1 - n.leading_zeros())
+    };
+    (p, n - p)
+}
+
+/// An active rank's index among the p active ranks after the fold (meaningless for a
+/// folded rank).
+pub fn virtual_rank(n: usize, r: usize) -> usize {
+    let rem = fold(n).1;
+    if r < 2 * rem { r / 2 } else { r - rem }
 }
 
 #[cfg(test)]
