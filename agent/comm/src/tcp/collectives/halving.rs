@@ -11,6 +11,8 @@ use crate::schedule::halving::{Plan, halving_doubling};
 use crate::schedule::split_even;
 use crate::tcp::op::Op;
 
+use super::rooted::{Fold, with_fold};
+
 pub async fn halving_doubling_all_reduce(
     op: &Op<'_>,
     buf: &mut [u8],
@@ -21,43 +23,34 @@ pub async fn halving_doubling_all_reduce(
     if n == 1 {
         return Ok(());
     }
-    match halving_doubling(n, r) {
-        Plan::Folded { proxy } => {
-            op.send(proxy, buf).await?;
-            op.recv_into(proxy, buf).await
-        }
+    let (fold, blocks, rounds) = match halving_doubling(n, r) {
+        Plan::Folded { proxy } => (Fold::Away { proxy }, 1, Vec::new()),
         Plan::Active {
             folded,
             blocks,
             rounds,
-        } => {
-            if let Some(f) = folded {
-                let m = op.recv_vec(f, buf.len()).await?;
-                reduce_into(dtype, rop, buf, &m);
+        } => (Fold::Absorb { folded }, blocks, rounds),
+    };
+    with_fold(op, buf, dtype, rop, fold, async |buf: &mut [u8]| {
+        let parts = split_even(buf.len() / es, blocks);
+        let bytes = |b: &Range<usize>| parts[b.start].start * es..parts[b.end - 1].end * es;
+        for round in rounds {
+            let (out, into) = disjoint(buf, bytes(&round.send), bytes(&round.recv));
+            if round.reduce {
+                let (_, m) = try_join(
+                    op.send(round.peer, out),
+                    op.recv_vec(round.peer, into.len()),
+                )
+                .await?;
+                reduce_into(dtype, rop, into, &m);
                 op.recycle(m);
+            } else {
+                try_join(op.send(round.peer, out), op.recv_into(round.peer, into)).await?;
             }
-            let parts = split_even(buf.len() / es, blocks);
-            let bytes = |b: &Range<usize>| parts[b.start].start * es..parts[b.end - 1].end * es;
-            for round in rounds {
-                let (out, into) = disjoint(buf, bytes(&round.send), bytes(&round.recv));
-                if round.reduce {
-                    let (_, m) = try_join(
-                        op.send(round.peer, out),
-                        op.recv_vec(round.peer, into.len()),
-                    )
-                    .await?;
-                    reduce_into(dtype, rop, into, &m);
-                    op.recycle(m);
-                } else {
-                    try_join(op.send(round.peer, out), op.recv_into(round.peer, into)).await?;
-                }
-            }
-            if let Some(f) = folded {
-                op.send(f, buf).await?;
-            }
-            Ok(())
         }
-    }
+        Ok(())
+    })
+    .await
 }
 
 /// `buf[a]` to read and `buf[b]` to write, for non-overlapping `a` and `b`.

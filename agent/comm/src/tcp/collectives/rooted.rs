@@ -24,23 +24,53 @@ pub async fn tree_all_reduce(
     rop: ReduceOp,
     seg_bytes: usize,
 ) -> Result<(), CommError> {
-    let (n, r, len) = (op.world(), op.rank(), buf.len());
+    let (n, r) = (op.world(), op.rank());
     if n == 1 {
         return Ok(());
     }
-    match recursive_doubling(n, r) {
-        Role::Folded { proxy } => {
+    let (fold, partners) = match recursive_doubling(n, r) {
+        Role::Folded { proxy } => (Fold::Away { proxy }, Vec::new()),
+        Role::Active { folded, partners } => (Fold::Absorb { folded }, partners),
+    };
+    with_fold(op, buf, dtype, rop, fold, async |buf: &mut [u8]| {
+        for q in partners {
+            exchange_reduce(op, q, buf, dtype, rop, seg_bytes).await?;
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// A rank's side of the fold that makes a world a power of two for the log-round
+/// all-reduces.
+pub(super) enum Fold {
+    /// Hands its buffer to `proxy` and takes the result back.
+    Away { proxy: usize },
+    /// Absorbs `folded`'s buffer (if any) before the rounds and returns the result after.
+    Absorb { folded: Option<usize> },
+}
+
+/// Runs `rounds` among the active ranks, with the fold around them.
+pub(super) async fn with_fold(
+    op: &Op<'_>,
+    buf: &mut [u8],
+    dtype: DataType,
+    rop: ReduceOp,
+    fold: Fold,
+    rounds: impl AsyncFnOnce(&mut [u8]) -> Result<(), CommError>,
+) -> Result<(), CommError> {
+    match fold {
+        Fold::Away { proxy } => {
             op.send(proxy, buf).await?;
             op.recv_into(proxy, buf).await
         }
-        Role::Active { folded, partners } => {
+        Fold::Absorb { folded } => {
             if let Some(f) = folded {
-                let m = op.recv_vec(f, len).await?;
+                let m = op.recv_vec(f, buf.len()).await?;
                 reduce_into(dtype, rop, buf, &m);
+                op.recycle(m);
             }
-            for q in partners {
-                exchange_reduce(op, q, buf, dtype, rop, seg_bytes).await?;
-            }
+            rounds(buf).await?;
             if let Some(f) = folded {
                 op.send(f, buf).await?;
             }
