@@ -262,6 +262,13 @@ async fn a_wrong_group_secret_is_refused_and_named() {
     let e = fetch(req, Progress::new()).await.unwrap_err();
     assert_eq!(e.category(), "auth", "{e}");
     assert!(e.to_string().contains(&o.addr.to_string()), "{e}");
+    // The server counts the failure after it has sent the refusal, so the joiner can hold
+    // its error a moment before the count moves (CI saw 0 here once).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while o.stats.auth_failures.load(Ordering::Relaxed) == 0 && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
     assert_eq!(o.stats.auth_failures.load(Ordering::Relaxed), 1);
     assert_eq!(j.store.current().unwrap(), None);
 }
