@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One comparison run: hcomm's TCP backend beside Open MPI (TCP and shared-memory BTLs) and
 # PyTorch Gloo, on the same sizes, in the same run, plus iperf3 for the raw link limit of the
-# shaped links. Writes the raw rows to $OUT/results.jsonl and the table to docs/benchmarks.md.
+# shaped links. Writes the raw rows to $OUT/results.jsonl, records the run (rows gzipped, meta,
+# commands) as docs/benchmarks/data/$RUN.* and makes it `current`, then renders the collective
+# section of docs/benchmarks.md from it (report.py). RUN defaults to the UTC date and time.
 #
 #   sudo agent/comm/bench/run.sh            # full run (tens of minutes on 2 cores)
 #   QUICK=1 agent/comm/bench/run.sh         # smoke run: small sizes, fewer scenarios
@@ -216,6 +218,12 @@ START=$(date +%s)
 loopback
 for rate in $RATES; do shaped "$rate"; done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg); wall time $(($(date +%s) - START)) s" >>"$OUT/meta.txt"
-NOTES=(); [[ -f "$HERE/analysis.md" ]] && NOTES=(--notes "$HERE/analysis.md")
-$PY "$HERE/report.py" --results "$RES" --meta "$OUT/meta.txt" --commands "$CMDS" --out "$DOC" "${NOTES[@]}"
+DATA=$(cd "$HERE/../../.." && pwd)/docs/benchmarks/data
+RUN=${RUN:-$(date -u +%Y-%m-%d-%H%M)}
+mkdir -p "$DATA"
+gzip -n -9 -c "$RES" >"$DATA/$RUN.jsonl.gz"
+cp "$OUT/meta.txt" "$DATA/$RUN.meta.txt"
+cp "$CMDS" "$DATA/$RUN.commands.txt"
+echo "$RUN" >"$DATA/current"
+$PY "$HERE/report.py" --run "$RUN" --out "$DOC"
 echo "wrote $DOC" >&2
