@@ -19,15 +19,13 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use tracing::info;
 
-use crate::context::Context;
+use crate::context::{Context, FIELD_MANAGER};
 use crate::error::{Error, Result};
 use crate::observe::{ANNOTATION_AVOID_NODES, Observed, avoid_nodes};
 use crate::planner::{Plan, Removal};
 use crate::pod_builder;
 use crate::rank_table::{self, EPOCH_KEY, MEMBERS_KEY, RANK_TABLE_KEY};
 
-/// The one field manager of every server-side apply the operator makes.
-pub const FIELD_MANAGER: &str = "hcomm-operator";
 /// How many failed nodes the group remembers.
 const AVOID_NODES_KEPT: usize = 8;
 

@@ -7,6 +7,11 @@ use kube::runtime::events::{Recorder, Reporter};
 
 use crate::links::LinkPolicy;
 use crate::metrics::Metrics;
+use crate::phase::ObservedMember;
+
+/// The operator's field manager for server-side apply, and the controller name its Events
+/// report.
+pub const FIELD_MANAGER: &str = "hcomm-operator";
 
 /// Shared by every reconcile.
 #[derive(Clone)]
@@ -42,7 +47,7 @@ impl Context {
         identity: &str,
     ) -> Self {
         let reporter = Reporter {
-            controller: crate::apply::FIELD_MANAGER.into(),
+            controller: FIELD_MANAGER.into(),
             instance: Some(identity.to_owned()),
         };
         Self {
@@ -56,12 +61,13 @@ impl Context {
         }
     }
 
-    /// Counts the group's newly failed members and returns when new members may be
-    /// created again (None: now). A deleted group's history goes with it.
+    /// Counts the group's newly failed members (`members` as judged, see
+    /// `crate::isolation`) and returns when new members may be created again (None: now).
+    /// A deleted group's history goes with it.
     pub fn failure_backoff(
         &self,
         group: &hcomm_crds::HcommGroup,
-        observed: &crate::observe::Observed,
+        members: &[ObservedMember],
         now: k8s_openapi::jiff::Timestamp,
     ) -> Option<k8s_openapi::jiff::Timestamp> {
         use kube::{Resource, ResourceExt};
@@ -75,8 +81,7 @@ impl Context {
             all.remove(&key);
             return None;
         }
-        let failed: Vec<String> = observed
-            .members
+        let failed: Vec<String> = members
             .iter()
             .filter(|m| m.failed)
             .map(|m| m.name.clone())

@@ -15,6 +15,7 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod events;
+pub mod isolation;
 pub mod leader;
 pub mod links;
 pub mod metrics;

@@ -15,8 +15,10 @@ use tracing::{Instrument, info, info_span, warn};
 use crate::apply::{self, Outcome};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::isolation;
 use crate::links::{self, LinkReport};
 use crate::observe::{self, Observed};
+use crate::phase::ObservedMember;
 use crate::planner::{self, Desired, Plan, PlanInput};
 use crate::{events, status};
 
@@ -59,21 +61,31 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
         add_finalizer(ctx, group).await?;
     }
     let placement = ctx.placement.lock().await;
-    let mut observed = observe::fetch(ctx, group).await?;
+    let observed = observe::fetch(ctx, group).await?;
     let now = Timestamp::now();
-    fail_isolated_members(&mut observed, ctx.links, now);
+    // Links are assessed once per reconcile; the decisions and the status both read it.
+    let links = assess_links(&observed, ctx.links, now);
+    let replace = isolation::replacements(&observed.members, &links);
+    let members = isolation::judged(&observed.members, &replace);
     let invalid = validate(group).err();
-    let mut input = plan_input(group, &observed, invalid.is_some() && !deleting, now);
-    input.new_members_after = ctx.failure_backoff(group, &observed, now);
+    let mut input = plan_input(
+        group,
+        &observed,
+        &members,
+        invalid.is_some() && !deleting,
+        now,
+    );
+    input.new_members_after = ctx.failure_backoff(group, &members, now);
     let plan = planner::plan(&input);
     tracing::Span::current().record("epoch", plan.epoch);
     let outcome = apply::apply(ctx, group, &observed, &plan).await?;
     drop(placement);
-    let links = link_report(&observed, &outcome, ctx.links, now);
+    let links = links_after(&links, &members, &outcome);
     update_status(
         ctx,
         group,
         &observed,
+        &members,
         &plan,
         &outcome,
         &links,
@@ -97,62 +109,36 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
     Ok(next_action(&plan, &outcome, &links))
 }
 
-/// The links between the nodes of the members that move traffic, after this round's
-/// deletions (a deleted member's links no longer matter).
-pub fn link_report(
-    observed: &Observed,
+/// The links between the nodes of the members that move traffic: judged once per
+/// reconcile, from the link tests the agents published.
+pub fn assess_links(observed: &Observed, policy: links::LinkPolicy, now: Timestamp) -> LinkReport {
+    let nodes = traffic_nodes(&observed.members, |_| true);
+    links::assess(&nodes, &observed.nodes, &observed.link_tests, policy, now)
+}
+
+/// The same report narrowed to the members left after this round's deletions (a deleted
+/// member's links no longer matter): what the status shows.
+pub fn links_after(
+    report: &LinkReport,
+    members: &[ObservedMember],
     outcome: &Outcome,
-    policy: links::LinkPolicy,
-    now: Timestamp,
 ) -> LinkReport {
-    let nodes = traffic_nodes(observed, |m| {
+    let nodes = traffic_nodes(members, |m| {
         !outcome.deleted.iter().any(|r| r.name == m.name)
     });
-    links::assess(&nodes, &observed.nodes, &observed.link_tests, policy, now)
+    report.among(&nodes)
 }
 
 /// The nodes of the members that move traffic ([`links::carries_traffic`]) and pass `keep`.
 fn traffic_nodes(
-    observed: &Observed,
-    keep: impl Fn(&crate::phase::ObservedMember) -> bool,
+    members: &[ObservedMember],
+    keep: impl Fn(&ObservedMember) -> bool,
 ) -> std::collections::BTreeSet<String> {
-    observed
-        .members
+    members
         .iter()
         .filter(|m| links::carries_traffic(m.phase) && keep(m))
         .filter_map(|m| m.node.clone())
         .collect()
-}
-
-/// Members on a node the data network has lost ([`LinkReport::isolated_nodes`]) cannot
-/// take part in a collective; they count as failed, so the plan replaces them elsewhere
-/// while the others keep serving.
-pub fn fail_isolated_members(observed: &mut Observed, policy: links::LinkPolicy, now: Timestamp) {
-    let nodes = traffic_nodes(observed, |_| true);
-    let report = links::assess(&nodes, &observed.nodes, &observed.link_tests, policy, now);
-    let isolated = report.isolated_nodes();
-    for m in &mut observed.members {
-        // Evidence must postdate the member: a link found down before the member was
-        // created (e.g. while its node was cut earlier and not probed again since) says
-        // nothing about it.
-        let after_creation = |node: &str| {
-            report
-                .links
-                .iter()
-                .filter(|l| l.to == node && l.state == links::LinkState::Down)
-                .all(|l| matches!((l.probed_at, m.created_at), (Some(p), Some(c)) if p > c))
-        };
-        if let Some((node, why)) = m.node.as_ref().and_then(|n| isolated.get_key_value(n))
-            && !m.failed
-            && links::carries_traffic(m.phase)
-            && after_creation(node)
-        {
-            tracing::warn!(member = %m.name, reason = %why, "member on an isolated node counts as failed");
-            m.failed = true;
-            m.unreachable = true;
-            m.message = Some(why.clone());
-        }
-    }
 }
 
 /// Checks what the schema cannot: subgroup sizes.
@@ -175,15 +161,17 @@ pub fn validate(group: &HcommGroup) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// The planner input for `group`. An invalid spec keeps the members as they are.
+/// The planner input for `group`, with the members as judged ([`isolation::judged`]). An
+/// invalid spec keeps the members as they are.
 pub fn plan_input(
     group: &HcommGroup,
     observed: &Observed,
+    members: &[ObservedMember],
     frozen: bool,
     now: Timestamp,
 ) -> PlanInput {
     let spec = &group.spec;
-    let in_set = observed.members.iter().filter(|m| m.in_set()).count() as i32;
+    let in_set = members.iter().filter(|m| m.in_set()).count() as i32;
     PlanInput {
         desired: Desired {
             group: group.name_any(),
@@ -196,7 +184,7 @@ pub fn plan_input(
             deleting: group.meta().deletion_timestamp.is_some(),
             weights_digest: spec.weights.as_ref().map(|w| w.digest.clone()),
         },
-        members: observed.members.clone(),
+        members: members.to_vec(),
         nodes: observed.nodes.clone(),
         used_devices: observed.used_devices.clone(),
         recorded: observed.recorded.clone(),
@@ -211,6 +199,7 @@ async fn update_status(
     ctx: &Context,
     group: &HcommGroup,
     observed: &Observed,
+    members: &[ObservedMember],
     plan: &Plan,
     outcome: &Outcome,
     links: &LinkReport,
@@ -219,7 +208,7 @@ async fn update_status(
 ) -> Result<()> {
     let next = status::build(status::StatusInput {
         group,
-        members: &observed.members,
+        members,
         plan,
         outcome,
         nodes: &observed.nodes,
@@ -234,7 +223,7 @@ async fn update_status(
         .set_members(&namespace, &group.name_any(), &phases);
     ctx.metrics
         .set_links(&namespace, &group.name_any(), links.counts());
-    for member in &observed.members {
+    for member in members {
         let was_ready = previous
             .members
             .iter()

@@ -2,14 +2,17 @@
 //! (HcommNode inventories, Pod conditions, and the link tests their probe loops publish);
 //! a dead link between two member nodes turns `LinksHealthy` False naming the pair, sets
 //! `Degraded=LinkDown`, raises a Warning Event and the `group_links{state="down"}` gauge;
-//! the link answering again turns it True with a `LinksRecovered` Event.
+//! the link answering again turns it True with a `LinksRecovered` Event. The operator only
+//! reads the HcommNodes: no field of theirs is under its field manager.
 
 mod support;
 
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
+use hcomm_crds::HcommNode;
 use hcomm_crds::contract::{CONDITION_DEGRADED, CONDITION_LINKS_HEALTHY, reasons};
+use hcomm_operator::context::FIELD_MANAGER;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
 use support::{
@@ -158,6 +161,25 @@ fn a_dead_link_between_member_nodes_shows_on_the_group_and_recovers() {
                 .then_some(())
         })
         .await?;
+
+        // The operator only reads HcommNodes (their agents are the one writer of
+        // `status.linkTests`): no field of theirs is managed under the operator's field manager.
+        let nodes: Api<HcommNode> = Api::all(cluster.client.clone());
+        for name in ["n1", "n2"] {
+            let managers: Vec<String> = nodes
+                .get(name)
+                .await?
+                .metadata
+                .managed_fields
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|f| f.manager)
+                .collect();
+            ensure!(
+                !managers.iter().any(|m| m == FIELD_MANAGER),
+                "HcommNode {name} has fields managed by the operator: {managers:?}"
+            );
+        }
         Ok(())
     });
 }

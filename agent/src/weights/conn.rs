@@ -10,8 +10,8 @@ use tokio::time::timeout;
 
 use super::auth;
 use super::error::{Result, WeightsError};
-use super::fetch::FetchRequest;
 use super::protocol::{FrameError, MAX_FRAME, Response, read_frame};
+use super::request::FetchRequest;
 
 /// Connects (retrying until the connect deadline) and authenticates.
 pub(crate) async fn open(req: &FetchRequest, src: SocketAddr) -> Result<TcpStream> {

@@ -2,14 +2,17 @@
 //! of `HcommGroup.spec.weights.digest`); chunks appear in manifests as bare hex.
 
 use std::fmt;
-use std::str::FromStr;
 
 use sha2::{Digest as _, Sha256};
 
-use super::error::WeightsError;
-
 /// Prefix of the textual form.
 pub const DIGEST_PREFIX: &str = "sha256:";
+
+/// A digest that does not parse. Displays as `WeightsError::Invalid` does, which it becomes
+/// (`From`); the digest stays below the error type that names digests.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid weights input: {0}")]
+pub struct DigestError(pub String);
 
 /// A SHA-256 digest.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -27,15 +30,14 @@ impl Digest {
     }
 
     /// Parses bare hex (64 characters).
-    pub fn from_hex(s: &str) -> Result<Digest, WeightsError> {
+    pub fn from_hex(s: &str) -> Result<Digest, DigestError> {
         let mut out = [0u8; 32];
         if s.len() != 64 || s.bytes().any(|b| b.is_ascii_uppercase()) {
-            return Err(WeightsError::Invalid(format!(
+            return Err(DigestError(format!(
                 "digest {s:?} is not 64 lower-case hex characters"
             )));
         }
-        hex::decode_to_slice(s, &mut out)
-            .map_err(|e| WeightsError::Invalid(format!("digest {s:?}: {e}")))?;
+        hex::decode_to_slice(s, &mut out).map_err(|e| DigestError(format!("digest {s:?}: {e}")))?;
         Ok(Digest(out))
     }
 }
@@ -52,13 +54,12 @@ impl fmt::Debug for Digest {
     }
 }
 
-impl FromStr for Digest {
-    type Err = WeightsError;
-
-    /// Parses `sha256:<64 lower-case hex>`.
-    fn from_str(s: &str) -> Result<Digest, WeightsError> {
+impl Digest {
+    /// Parses `sha256:<64 lower-case hex>` (also `str::parse`, whose error is the crate's
+    /// `WeightsError`).
+    pub fn parse_prefixed(s: &str) -> Result<Digest, DigestError> {
         let hex = s.strip_prefix(DIGEST_PREFIX).ok_or_else(|| {
-            WeightsError::Invalid(format!("digest {s:?} must start with {DIGEST_PREFIX:?}"))
+            DigestError(format!("digest {s:?} must start with {DIGEST_PREFIX:?}"))
         })?;
         Digest::from_hex(hex)
     }

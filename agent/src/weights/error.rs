@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use super::digest::Digest;
+use super::digest::{Digest, DigestError};
 
 /// What a digest check was about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,4 +142,24 @@ pub(crate) fn io_at<'a>(
     path: &'a std::path::Path,
 ) -> impl FnOnce(io::Error) -> WeightsError + 'a {
     move |e| WeightsError::io(op, Some(path.to_path_buf()), e)
+}
+
+impl From<DigestError> for WeightsError {
+    fn from(e: DigestError) -> Self {
+        WeightsError::Invalid(e.0)
+    }
+}
+
+impl std::str::FromStr for Digest {
+    type Err = WeightsError;
+
+    /// Parses `sha256:<64 lower-case hex>` ([`Digest::parse_prefixed`]).
+    fn from_str(s: &str) -> Result<Digest, WeightsError> {
+        Ok(Digest::parse_prefixed(s)?)
+    }
+}
+
+/// A blocking task that panicked or was cancelled, as a weights error.
+pub(crate) fn blocking_failed(e: tokio::task::JoinError) -> WeightsError {
+    WeightsError::io("blocking task", None, std::io::Error::other(e))
 }

@@ -17,7 +17,7 @@
 //! Every network wait has a deadline ([`Timeouts`]); on top, a fetch that makes no
 //! progress for `Timeouts::stall` ends with [`WeightsError::Timeout`].
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,89 +26,18 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
-use super::auth::GroupSecret;
 use super::bitset::ChunkBits;
 use super::conn::{open, read_response, unexpected};
 use super::digest::Digest;
-use super::error::{Result, SourceFailure, Subject, WeightsError};
-use super::link::CurrentLink;
+use super::error::{Result, SourceFailure, Subject, WeightsError, blocking_failed};
 use super::manifest::Manifest;
 use super::progress::{Progress, ProgressSnapshot, SyncEvent};
 use super::protocol::{Request, Response};
+use super::request::Ctx;
+pub use super::request::{FetchRequest, Timeouts};
 use super::schedule::Scheduler;
-use super::store::{WeightSet, WeightStore};
+use super::store::WeightSet;
 use super::worker::worker;
-
-/// Deadlines of a fetch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeouts {
-    /// Connecting to a source, retries included (a fellow joiner may start a little later).
-    pub connect: Duration,
-    /// The group-secret handshake.
-    pub handshake: Duration,
-    /// Waiting for any one response (a chunk behind `parallelism - 1` others).
-    pub response: Duration,
-    /// The whole fetch making no progress (no chunk verified, no source news).
-    pub stall: Duration,
-    /// How often partial sources are asked what they hold.
-    pub have_poll: Duration,
-}
-
-impl Default for Timeouts {
-    fn default() -> Self {
-        Timeouts {
-            connect: Duration::from_secs(10),
-            handshake: Duration::from_secs(5),
-            response: Duration::from_secs(30),
-            stall: Duration::from_secs(60),
-            have_poll: Duration::from_millis(100),
-        }
-    }
-}
-
-/// What to fetch, from where, into where.
-#[derive(Debug, Clone)]
-pub struct FetchRequest {
-    /// `spec.weights.digest`.
-    pub manifest_digest: Digest,
-    /// Members holding the set AND fellow joiners (they serve what they have verified).
-    pub sources: Vec<SocketAddr>,
-    pub dest: WeightStore,
-    pub secret: GroupSecret,
-    pub timeouts: Timeouts,
-    /// Requests in flight per source.
-    pub parallelism: usize,
-    /// This joiner's place among the joiners syncing together, `(index, count)`: picks
-    /// its stripe of the existing members' chunks. `None`: a random stripe.
-    pub stripe: Option<(usize, usize)>,
-    /// Local address to connect from (the data NIC's), if any.
-    pub bind: Option<IpAddr>,
-    /// The link swapped to the set once it is installed (the agent: the group's link).
-    pub link: CurrentLink,
-}
-
-impl FetchRequest {
-    /// Defaults: 4 requests in flight per source, default timeouts, random stripe, the
-    /// store-wide link.
-    pub fn new(
-        manifest_digest: Digest,
-        sources: Vec<SocketAddr>,
-        dest: WeightStore,
-        secret: GroupSecret,
-    ) -> FetchRequest {
-        FetchRequest {
-            manifest_digest,
-            sources,
-            dest,
-            secret,
-            timeouts: Timeouts::default(),
-            parallelism: 4,
-            stripe: None,
-            bind: None,
-            link: CurrentLink::node(),
-        }
-    }
-}
 
 /// The outcome of a successful fetch.
 #[derive(Debug, Clone)]
@@ -117,18 +46,6 @@ pub struct FetchReport {
     /// The installed version directory (what the request's link now points to).
     pub path: PathBuf,
     pub progress: ProgressSnapshot,
-}
-
-/// State shared by the fetch driver and its workers.
-pub(crate) struct Ctx {
-    pub req: FetchRequest,
-    pub set: Arc<WeightSet>,
-    pub sched: Mutex<Scheduler>,
-    /// Woken on anything a waiting worker or the driver may care about.
-    pub changed: Notify,
-    pub progress: Progress,
-    /// When the last chunk was verified (stall detection).
-    pub last_progress: Mutex<Instant>,
 }
 
 /// Fetches `req.manifest_digest`, installs it and points `req.link` at it.
@@ -203,11 +120,6 @@ pub(crate) async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(blocking_failed)?
-}
-
-/// A blocking task that panicked or was cancelled, as a weights error.
-pub(crate) fn blocking_failed(e: tokio::task::JoinError) -> WeightsError {
-    WeightsError::io("blocking task", None, std::io::Error::other(e))
 }
 
 /// Asks each source in turn for the manifest until one verifies.

@@ -63,6 +63,7 @@ pub mod link;
 pub mod manifest;
 pub mod progress;
 pub mod protocol;
+mod request;
 pub mod schedule;
 pub mod server;
 pub mod store;

@@ -13,10 +13,10 @@ use tokio::time::timeout;
 use super::bitset::ChunkBits;
 use super::conn::{open, read_response, unexpected};
 use super::digest::Digest;
-use super::error::{Result, Subject, WeightsError};
-use super::fetch::{Ctx, blocking_failed};
+use super::error::{Result, Subject, WeightsError, blocking_failed};
 use super::progress::SyncEvent;
 use super::protocol::{Request, Response};
+use super::request::Ctx;
 use super::schedule::AfterCorrupt;
 
 /// One source's worker: on failure, gives its chunks back and reports the source lost.

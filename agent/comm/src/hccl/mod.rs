@@ -15,9 +15,11 @@
 //! - [`epoch`]: make-before-break epochs (HCCL cannot grow or shrink a communicator), on the
 //!   HCCL-independent, tested state machine in `slot`;
 //! - `mapping`: our `DataType` / `ReduceOp` to HCCL's (and which of ours HCCL lacks);
-//! - `backend`: [`HcclBackend`], the backend object the agent holds.
+//! - `backend`: [`HcclBackend`], the backend object the agent holds, and `communicator`:
+//!   one epoch's [`HcclCommunicator`].
 
 mod backend;
+mod communicator;
 pub mod epoch;
 mod error;
 mod ffi;
@@ -26,7 +28,8 @@ mod search;
 mod slot;
 pub mod types;
 
-pub use backend::{HcclBackend, HcclBackendConfig, HcclCommunicator};
+pub use backend::{HcclBackend, HcclBackendConfig};
+pub use communicator::HcclCommunicator;
 pub use epoch::{EpochComm, EpochManager, EpochSettings, EpochSource, PendingEpoch};
 pub use error::HcclError;
 pub use ffi::{ACL_LIB, Api, Comm, DeviceBuffer, HCCL_LIB, Stream};

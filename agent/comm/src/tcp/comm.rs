@@ -1,6 +1,5 @@
 //! [`TcpComm`]: one rank's communicator at one epoch on the TCP backend — initialisation
-//! (rendezvous, eager full mesh), the per-operation context [`Op`] that the collectives use
-//! to send and receive with a deadline, and failure handling (a failed or cancelled
+//! (rendezvous, eager full mesh) and failure handling (a failed or cancelled
 //! operation poisons the communicator and tells the peers, so nobody waits on it).
 
 use std::net::SocketAddr;
@@ -12,7 +11,6 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::config::CommConfig;
-use super::op::Op;
 use crate::api::{Algorithm, CommError, ErrorContext};
 use crate::auth;
 use crate::frame::{Header, Kind};
@@ -58,7 +56,7 @@ pub struct TcpComm {
     pub(crate) seq: tokio::sync::Mutex<u64>,
     failed: Mutex<Option<String>>,
     aborts: Mutex<Vec<tokio::task::JoinHandle<()>>>,
-    ops: AtomicU64,
+    pub(super) ops: AtomicU64,
 }
 
 impl std::fmt::Debug for TcpComm {
@@ -259,48 +257,7 @@ impl TcpComm {
             .clone()
     }
 
-    /// Starts a collective: serialises, refuses if poisoned, assigns the tag and deadline.
-    ///
-    /// The tag is the sequence number with a 16-bit signature of the call (operation, data
-    /// type, reduce op, root, algorithm) in the low bits: ranks that disagree on the call
-    /// never consume each other's frames — they time out naming the peer instead of
-    /// producing a wrong result.
-    pub(crate) async fn begin(
-        &self,
-        name: &'static str,
-        signature: &[&str],
-    ) -> Result<Op<'_>, CommError> {
-        let mut seq = self.seq.lock().await;
-        self.check_failed(name)?;
-        let mut parts: Vec<&[u8]> = vec![name.as_bytes()];
-        parts.extend(signature.iter().map(|s| s.as_bytes()));
-        let tag = (*seq << 16) | (auth::hash64(&parts) & 0xffff);
-        *seq += 1;
-        self.ops.fetch_add(1, Ordering::Relaxed);
-        Ok(Op {
-            comm: self,
-            name,
-            tag,
-            deadline: Instant::now() + self.op_timeout,
-            _seq: Some(seq),
-            done: false,
-        })
-    }
-
-    /// Starts a point-to-point operation (not serialised with collectives, no sequence).
-    pub(crate) fn begin_p2p(&self, name: &'static str, tag: u32) -> Result<Op<'_>, CommError> {
-        self.check_failed(name)?;
-        Ok(Op {
-            comm: self,
-            name,
-            tag: P2P_TAG | u64::from(tag),
-            deadline: Instant::now() + self.op_timeout,
-            _seq: None,
-            done: false,
-        })
-    }
-
-    fn check_failed(&self, name: &str) -> Result<(), CommError> {
+    pub(super) fn check_failed(&self, name: &str) -> Result<(), CommError> {
         if let Some(reason) = self.failure() {
             return Err(CommError::Aborted {
                 ctx: Box::new(self.ctx_for(name, None)),

@@ -1,13 +1,16 @@
-//! [`Op`]: one operation in flight on a [`TcpComm`] — its tag and deadline, and the
+//! [`Op`]: one operation in flight on a [`TcpComm`] — how one starts (`begin` for a collective,
+//! `begin_p2p`), its tag and deadline, and the
 //! send/receive primitives the executors use, whose errors name the peer (and, when a peer
 //! was itself stuck on or cut off from a third rank, that rank).
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::comm::TcpComm;
+use super::comm::{P2P_TAG, TcpComm};
 use crate::api::{CommError, ErrorContext};
+use crate::auth;
 use crate::frame::{Header, Kind};
 use crate::transport::mailbox::{Msg, PopError};
 
@@ -22,6 +25,49 @@ pub(crate) struct Op<'a> {
     /// Held by collectives: serialises them and fixes their tag order.
     pub(super) _seq: Option<tokio::sync::MutexGuard<'a, u64>>,
     pub(super) done: bool,
+}
+
+impl TcpComm {
+    /// Starts a collective: serialises, refuses if poisoned, assigns the tag and deadline.
+    ///
+    /// The tag is the sequence number with a 16-bit signature of the call (operation, data
+    /// type, reduce op, root, algorithm) in the low bits: ranks that disagree on the call
+    /// never consume each other's frames — they time out naming the peer instead of
+    /// producing a wrong result.
+    pub(crate) async fn begin(
+        &self,
+        name: &'static str,
+        signature: &[&str],
+    ) -> Result<Op<'_>, CommError> {
+        let mut seq = self.seq.lock().await;
+        self.check_failed(name)?;
+        let mut parts: Vec<&[u8]> = vec![name.as_bytes()];
+        parts.extend(signature.iter().map(|s| s.as_bytes()));
+        let tag = (*seq << 16) | (auth::hash64(&parts) & 0xffff);
+        *seq += 1;
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        Ok(Op {
+            comm: self,
+            name,
+            tag,
+            deadline: Instant::now() + self.op_timeout,
+            _seq: Some(seq),
+            done: false,
+        })
+    }
+
+    /// Starts a point-to-point operation (not serialised with collectives, no sequence).
+    pub(crate) fn begin_p2p(&self, name: &'static str, tag: u32) -> Result<Op<'_>, CommError> {
+        self.check_failed(name)?;
+        Ok(Op {
+            comm: self,
+            name,
+            tag: P2P_TAG | u64::from(tag),
+            deadline: Instant::now() + self.op_timeout,
+            _seq: None,
+            done: false,
+        })
+    }
 }
 
 impl Drop for Op<'_> {

@@ -8,15 +8,19 @@
 //! the higher), so failures show up at init rather than mid-collective. The endpoint also
 //! serves rendezvous sessions for the [`crate::bootstrap::RootInfo`]s it creates.
 
+mod config;
 mod connection;
 mod endpoint;
 mod handshake;
 pub mod iface;
+mod inner;
 pub mod mailbox;
 mod rendezvous;
+mod sessions;
 mod spin;
 
+pub use config::{EndpointConfig, EndpointStats, Rejection};
 pub use connection::Connection;
-pub use endpoint::{Endpoint, EndpointConfig, EndpointStats, Rejection};
+pub use endpoint::Endpoint;
 pub use iface::BindSpec;
 pub(crate) use rendezvous::join as rendezvous_join;

@@ -18,11 +18,13 @@
 //!   `Arc`, so no function pointer outlives its library.
 #![allow(unsafe_code)]
 
+mod comm;
 mod handles;
 #[cfg(test)]
 mod loader_tests;
 
-pub use handles::{Comm, DeviceBuffer, Stream};
+pub use comm::Comm;
+pub use handles::{DeviceBuffer, Stream};
 
 use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_void};

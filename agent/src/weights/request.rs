@@ -1,0 +1,100 @@
+//! What a fetch asks for ([`FetchRequest`], its [`Timeouts`]) and the state the fetch
+//! driver shares with its workers ([`Ctx`]). Below `fetch`, `worker` and `conn`, which all
+//! read it.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+use super::auth::GroupSecret;
+use super::digest::Digest;
+use super::link::CurrentLink;
+use super::progress::Progress;
+use super::schedule::Scheduler;
+use super::store::{WeightSet, WeightStore};
+
+/// Deadlines of a fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Connecting to a source, retries included (a fellow joiner may start a little later).
+    pub connect: Duration,
+    /// The group-secret handshake.
+    pub handshake: Duration,
+    /// Waiting for any one response (a chunk behind `parallelism - 1` others).
+    pub response: Duration,
+    /// The whole fetch making no progress (no chunk verified, no source news).
+    pub stall: Duration,
+    /// How often partial sources are asked what they hold.
+    pub have_poll: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(10),
+            handshake: Duration::from_secs(5),
+            response: Duration::from_secs(30),
+            stall: Duration::from_secs(60),
+            have_poll: Duration::from_millis(100),
+        }
+    }
+}
+
+/// What to fetch, from where, into where.
+#[derive(Debug, Clone)]
+pub struct FetchRequest {
+    /// `spec.weights.digest`.
+    pub manifest_digest: Digest,
+    /// Members holding the set AND fellow joiners (they serve what they have verified).
+    pub sources: Vec<SocketAddr>,
+    pub dest: WeightStore,
+    pub secret: GroupSecret,
+    pub timeouts: Timeouts,
+    /// Requests in flight per source.
+    pub parallelism: usize,
+    /// This joiner's place among the joiners syncing together, `(index, count)`: picks
+    /// its stripe of the existing members' chunks. `None`: a random stripe.
+    pub stripe: Option<(usize, usize)>,
+    /// Local address to connect from (the data NIC's), if any.
+    pub bind: Option<IpAddr>,
+    /// The link swapped to the set once it is installed (the agent: the group's link).
+    pub link: CurrentLink,
+}
+
+impl FetchRequest {
+    /// Defaults: 4 requests in flight per source, default timeouts, random stripe, the
+    /// store-wide link.
+    pub fn new(
+        manifest_digest: Digest,
+        sources: Vec<SocketAddr>,
+        dest: WeightStore,
+        secret: GroupSecret,
+    ) -> FetchRequest {
+        FetchRequest {
+            manifest_digest,
+            sources,
+            dest,
+            secret,
+            timeouts: Timeouts::default(),
+            parallelism: 4,
+            stripe: None,
+            bind: None,
+            link: CurrentLink::node(),
+        }
+    }
+}
+
+/// State shared by the fetch driver and its workers.
+pub(crate) struct Ctx {
+    pub req: FetchRequest,
+    pub set: Arc<WeightSet>,
+    pub sched: Mutex<Scheduler>,
+    /// Woken on anything a waiting worker or the driver may care about.
+    pub changed: Notify,
+    pub progress: Progress,
+    /// When the last chunk was verified (stall detection).
+    pub last_progress: Mutex<Instant>,
+}

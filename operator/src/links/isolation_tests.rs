@@ -1,0 +1,100 @@
+//! Unit tests of finding isolated nodes.
+
+use super::*;
+
+/// Links as (from, to, state, probed at second); a link never probed has no time.
+fn report(nodes: &[&str], links: &[(&str, &str, LinkState, i64)]) -> LinkReport {
+    LinkReport {
+        nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
+        links: links
+            .iter()
+            .map(|(from, to, state, at)| Link {
+                from: (*from).into(),
+                to: (*to).into(),
+                address: None,
+                probed_at: (*state != NeverProbed)
+                    .then(|| Timestamp::from_second(1_800_000_000 + at).unwrap()),
+                state: state.clone(),
+                latency_micros: None,
+                error: None,
+            })
+            .collect(),
+        ..LinkReport::default()
+    }
+}
+
+use LinkState::{Down, NeverProbed, Up};
+
+#[test]
+fn a_silent_node_that_everyone_finds_down_is_isolated() {
+    // n2 is cut off entirely: its agent's last results, older than n1's finding, still
+    // say up.
+    let r = report(
+        &["n1", "n2"],
+        &[("n1", "n2", Down, 10), ("n2", "n1", Up, 4)],
+    );
+    let isolated = r.isolated_nodes();
+    assert_eq!(isolated.keys().collect::<Vec<_>>(), ["n2"]);
+    assert!(isolated["n2"].contains("from n1"), "{isolated:?}");
+}
+
+#[test]
+fn a_one_way_fault_between_two_nodes_names_nobody() {
+    // n1 cannot reach n2 while n2, publishing as fresh as n1, still reaches n1: either
+    // side may be at fault, and n2's word for n1 is no independent evidence.
+    for n2_published in [10, 11] {
+        let r = report(
+            &["n1", "n2"],
+            &[("n1", "n2", Down, 10), ("n2", "n1", Up, n2_published)],
+        );
+        assert!(r.isolated_nodes().is_empty(), "n2 at {n2_published}");
+    }
+}
+
+#[test]
+fn a_node_whose_data_link_is_cut_is_blamed_when_the_others_still_reach_each_other() {
+    let r = report(
+        &["n1", "n2", "n3"],
+        &[
+            ("n1", "n2", Up, 10),
+            ("n1", "n3", Down, 10),
+            ("n2", "n1", Up, 10),
+            ("n2", "n3", Down, 10),
+            ("n3", "n1", Down, 10),
+            ("n3", "n2", Down, 10),
+        ],
+    );
+    assert_eq!(r.isolated_nodes().keys().collect::<Vec<_>>(), ["n3"]);
+}
+
+#[test]
+fn a_split_with_no_side_to_blame_or_no_evidence_names_nobody() {
+    let split = report(
+        &["n1", "n2"],
+        &[("n1", "n2", Down, 10), ("n2", "n1", Down, 10)],
+    );
+    assert!(split.isolated_nodes().is_empty());
+    let fresh = report(
+        &["n1", "n2"],
+        &[("n1", "n2", NeverProbed, 0), ("n2", "n1", Up, 10)],
+    );
+    assert!(fresh.isolated_nodes().is_empty());
+    // n2 is found down, but its own agent never published: no evidence it is the one cut.
+    let never_published = report(
+        &["n1", "n2"],
+        &[("n1", "n2", Down, 10), ("n2", "n1", NeverProbed, 0)],
+    );
+    assert!(never_published.isolated_nodes().is_empty());
+    let mixed = report(
+        &["n1", "n2", "n3"],
+        &[
+            ("n1", "n3", Down, 10),
+            ("n2", "n3", Up, 10),
+            ("n3", "n1", Up, 10),
+        ],
+    );
+    assert!(
+        mixed.isolated_nodes().is_empty(),
+        "one peer still reaches n3"
+    );
+}

@@ -1,0 +1,139 @@
+//! Unit tests of the status builder.
+
+use super::*;
+use crate::links::{LinkPolicy, assess};
+use hcomm_crds::LinkTestResult;
+use std::collections::{BTreeMap, BTreeSet};
+
+fn group() -> HcommGroup {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "hcomm.io/v1alpha1", "kind": "HcommGroup",
+        "metadata": {"name": "decode", "namespace": "ns", "generation": 3},
+        "spec": {
+            "replicas": 0, "role": "decode", "devicesPerMember": 1,
+            "template": {"spec": {"containers": [{"name": "w", "image": "w"}]}}
+        }
+    }))
+    .expect("group")
+}
+
+fn report(reachable: bool, at: Timestamp) -> LinkReport {
+    let nodes: BTreeSet<String> = ["n1".to_owned(), "n2".to_owned()].into();
+    let tests: BTreeMap<String, Vec<LinkTestResult>> = [(
+        "n1".to_owned(),
+        vec![LinkTestResult {
+            peer: "n2".into(),
+            peer_address: "10.0.0.2".into(),
+            interface: "data0".into(),
+            reachable,
+            latency_micros: reachable.then_some(300),
+            bandwidth_mbps: None,
+            error: (!reachable).then(|| "connection refused".to_owned()),
+            time: Time(at),
+        }],
+    )]
+    .into();
+    let mut report = assess(&nodes, &[], &tests, LinkPolicy::default(), at);
+    // Only one direction matters for these tests.
+    report.links.retain(|l| l.from == "n1");
+    report
+}
+
+fn build_at(group: &HcommGroup, links: &LinkReport, now: Timestamp) -> HcommGroupStatus {
+    build(StatusInput {
+        group,
+        members: &[],
+        plan: &Plan::default(),
+        outcome: &Outcome::default(),
+        nodes: &[],
+        invalid: None,
+        links,
+        now,
+    })
+}
+
+#[test]
+fn a_dead_link_sets_links_healthy_false_and_degraded_and_recovers() {
+    let t0 = Timestamp::from_second(1_700_000_000).unwrap();
+    let mut g = group();
+    let up = build_at(&g, &report(true, t0), t0);
+    let links = find_condition(&up.conditions, CONDITION_LINKS_HEALTHY).unwrap();
+    assert_eq!(
+        (links.status.as_str(), links.reason.as_str()),
+        ("True", "AllLinksUp")
+    );
+    assert_eq!(links.observed_generation, Some(3));
+    assert_eq!(
+        find_condition(&up.conditions, CONDITION_DEGRADED)
+            .unwrap()
+            .status,
+        "False"
+    );
+
+    let t1 = t0 + SignedDuration::from_secs(10);
+    g.status = Some(up);
+    let down = build_at(&g, &report(false, t1), t1);
+    let links = find_condition(&down.conditions, CONDITION_LINKS_HEALTHY).unwrap();
+    assert_eq!(
+        (links.status.as_str(), links.reason.as_str()),
+        ("False", "LinkDown")
+    );
+    assert!(
+        links.message.contains("n1 → n2 (10.0.0.2) unreachable"),
+        "{}",
+        links.message
+    );
+    assert_eq!(links.last_transition_time, Time(t1));
+    let degraded = find_condition(&down.conditions, CONDITION_DEGRADED).unwrap();
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "LinkDown")
+    );
+    assert_eq!(down.phase, Some(GroupPhase::Degraded));
+
+    // Still down later: the message moves with the probe time, the transition does not.
+    let t2 = t1 + SignedDuration::from_secs(10);
+    g.status = Some(down);
+    let still = build_at(&g, &report(false, t2), t2);
+    let links = find_condition(&still.conditions, CONDITION_LINKS_HEALTHY).unwrap();
+    assert_eq!(links.last_transition_time, Time(t1));
+
+    let t3 = t2 + SignedDuration::from_secs(10);
+    g.status = Some(still);
+    let back = build_at(&g, &report(true, t3), t3);
+    let links = find_condition(&back.conditions, CONDITION_LINKS_HEALTHY).unwrap();
+    assert_eq!(
+        (links.status.as_str(), links.last_transition_time.clone()),
+        ("True", Time(t3))
+    );
+    assert_eq!(
+        find_condition(&back.conditions, CONDITION_DEGRADED)
+            .unwrap()
+            .reason,
+        "Healthy"
+    );
+}
+
+#[test]
+fn a_failed_verification_outranks_a_dead_link_on_degraded() {
+    let t0 = Timestamp::from_second(1_700_000_000).unwrap();
+    let g = group();
+    let plan = Plan {
+        failed: vec!["decode-0-e1".into()],
+        ..Plan::default()
+    };
+    let status = build(StatusInput {
+        group: &g,
+        members: &[],
+        plan: &plan,
+        outcome: &Outcome::default(),
+        nodes: &[],
+        invalid: None,
+        links: &report(false, t0),
+        now: t0,
+    });
+    let degraded = find_condition(&status.conditions, CONDITION_DEGRADED).unwrap();
+    assert_eq!(degraded.reason, "VerificationFailed");
+    let links = find_condition(&status.conditions, CONDITION_LINKS_HEALTHY).unwrap();
+    assert_eq!(links.reason, "LinkDown");
+}
