@@ -40,7 +40,7 @@ pub struct DiagnoseCli {
     pub management_interface: Option<String>,
     /// Peers to probe, `name=ip,...`.
     #[arg(long, value_name = "name=ip,...", value_parser = peers)]
-    pub peers: Option<Vec<(String, IpAddr)>>,
+    pub peers: Option<Peers>,
     /// The rank table to check.
     #[arg(long, value_name = "FILE", env = "RANK_TABLE_FILE")]
     pub rank_table: Option<String>,
@@ -107,8 +107,12 @@ pub struct DiagnoseCli {
     pub api_timeout_ms: u64,
 }
 
-fn peers(s: &str) -> std::result::Result<Vec<(String, IpAddr)>, String> {
-    crate::diagnose::collect::parse_peers(s)
+/// `--peers`: one value holding a list (clap would read a bare `Vec` as repeated values).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peers(pub Vec<(String, IpAddr)>);
+
+fn peers(s: &str) -> std::result::Result<Peers, String> {
+    crate::diagnose::collect::parse_peers(s).map(Peers)
 }
 
 fn set(v: Option<String>) -> Option<String> {
@@ -137,7 +141,7 @@ impl DiagnoseCli {
             socket_ifname: set(self.socket_ifname),
             data_address: self.data_address,
             management: self.management_interface,
-            peers: self.peers.unwrap_or_default(),
+            peers: self.peers.map(|p| p.0).unwrap_or_default(),
             probe_port: self.probe_port,
             probe_secret: self.secret.resolve(Some(CHART_SECRET_PATH))?,
             probe_timeout: Duration::from_millis(self.probe_timeout_ms),
