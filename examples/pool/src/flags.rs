@@ -171,10 +171,18 @@ mod tests {
     }
 
     #[test]
-    fn the_testbeds_pod_template_arguments_parse() {
+    fn the_testbeds_and_examples_worker_arguments_parse() {
         // e2e/src/testbed/launch.rs: the example worker's container args.
         let c = parse(&["--pod", "w-0", "--step-ms", "20"]).unwrap();
         assert_eq!(c.step_ms, Some(20));
+        // examples/decode-pool.yaml and prefill-pool.yaml: the worker container's args.
+        for (args, role) in [
+            (["--role", "decode", "--step-ms", "20"], "decode"),
+            (["--role", "prefill", "--step-ms", "50"], "prefill"),
+        ] {
+            let c = parse(&[&["--pod", "w-0"][..], &args].concat()).unwrap();
+            assert_eq!(c.role.as_deref(), Some(role));
+        }
     }
 
     #[test]
