@@ -1,5 +1,7 @@
-//! `hcomm-agent`: parse the command line, start logging, run.
-use hcomm_agent::cli::{self, Command, WeightsCommand};
+//! `hcomm-agent`: parse the command line ([`hcomm_agent::cli`]), start logging, run.
+use clap::Parser;
+use hcomm_agent::cli::weights::WeightsCommand;
+use hcomm_agent::cli::{Cli, Command};
 use hcomm_agent::weights::tool;
 
 fn run_weights(w: &WeightsCommand) -> hcomm_agent::weights::Result<String> {
@@ -9,28 +11,30 @@ fn run_weights(w: &WeightsCommand) -> hcomm_agent::weights::Result<String> {
             chunk_size,
             json,
         } => tool::manifest(dir, *chunk_size, *json),
-        WeightsCommand::Generate { dir, spec } => tool::generate_set(dir, spec),
+        WeightsCommand::Generate { dir, .. } => {
+            let spec = w.generate_spec().expect("generate has a spec");
+            tool::generate_set(dir, &spec)
+        }
     }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match cli::parse(&args)? {
-        Command::Help => println!("{}", cli::USAGE),
-        Command::Run(cfg) => hcomm_agent::run::run(*cfg).await?,
+    match cli.command {
+        Command::Run(args) => hcomm_agent::run::run(args.into_config()?).await?,
         Command::Weights(w) => {
             let out = tokio::task::spawn_blocking(move || run_weights(&w)).await??;
             print!("{out}");
         }
-        Command::Diagnose(a) => {
-            let (rows, text) = hcomm_agent::diagnose::run(&a).await;
+        Command::Diagnose(d) => {
+            let (rows, text) = hcomm_agent::diagnose::run(&d.into_args()?).await;
             print!("{text}");
             if rows
                 .iter()

@@ -4,8 +4,25 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::Parser;
+
+/// `cargo crdgen [--check]`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "crdgen",
+    bin_name = "cargo crdgen",
+    version,
+    about = "Generate the CRD YAML under crds/ and charts/hcomm/crds/ from the Rust types"
+)]
+struct Cli {
+    /// Write nothing; fail when a committed file differs from what the types generate.
+    #[arg(long)]
+    check: bool,
+}
+
 fn main() -> ExitCode {
-    let check = std::env::args().any(|a| a == "--check");
+    // Help and version exit 0, a bad flag 2.
+    let check = Cli::parse().check;
     let crds_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let chart_dir = crds_dir.join("../charts/hcomm/crds");
     let mut drift = Vec::new();
@@ -40,5 +57,27 @@ fn main() -> ExitCode {
             eprintln!("{} is out of date; run `cargo crdgen`", path.display());
         }
         ExitCode::FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn check_is_the_only_flag() {
+        assert!(Cli::try_parse_from(["crdgen", "--check"]).unwrap().check);
+        assert!(!Cli::try_parse_from(["crdgen"]).unwrap().check);
+        let e = Cli::try_parse_from(["crdgen", "--chek"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--chek"), "{e}");
     }
 }

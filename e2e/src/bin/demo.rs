@@ -9,48 +9,70 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Context;
+use clap::Parser;
 use hcomm_e2e::demo::{self, Clock, DemoOptions};
 use hcomm_e2e::testbed::{HostsMode, binaries};
 
-const USAGE: &str = "\
-usage: cargo demo [--hosts N] [--weights-mib N] [--hold-secs S] [--loopback]
+/// `cargo demo [options]`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "demo",
+    bin_name = "cargo demo",
+    version,
+    about = "hcomm end to end on this machine: hosts, control plane, agents, operator, load, scaling",
+    long_about = "hcomm end to end on this machine: builds the programs, brings up simulated hosts \
+                  and a real control plane, starts the agents and the operator, applies the \
+                  prefill/decode example, puts load on both pools and scales decode 2 → 4 → 2, \
+                  then prints one line a script can read: \
+                  served=N failed=N wrong_digest=N scale_out_s=S scale_in_s=S.\n\n\
+                  Hosts: as root, network namespaces with their own NICs; without root, or with \
+                  --loopback, loopback addresses. Logs stay in the folder printed at the start \
+                  when HCOMM_E2E_KEEP_STATE=1.",
+    args_override_self = true
+)]
+struct Cli {
+    /// Simulated hosts (at least 4: prefill 2 + decode 4 members on 2 devices each).
+    #[arg(long, value_name = "N", default_value_t = DemoOptions::default().hosts,
+          value_parser = hosts)]
+    hosts: usize,
+    /// Size of the generated weights set, in MiB.
+    #[arg(long, value_name = "N", default_value_t = DemoOptions::default().weights_mib)]
+    weights_mib: u64,
+    /// How long each state is held under load before the next step, in seconds.
+    #[arg(long, value_name = "S", default_value_t = DemoOptions::default().hold.as_secs())]
+    hold_secs: u64,
+    /// Run the hosts on loopback addresses even as root (the path a user without root
+    /// gets), instead of network namespaces.
+    #[arg(long)]
+    loopback: bool,
+}
 
-Runs the whole system locally (needs root for network namespaces; without it, or with
---loopback, the hosts run on loopback addresses). Logs stay in the folder printed at
-the start when HCOMM_E2E_KEEP_STATE=1.";
+fn hosts(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 4 => Ok(n),
+        _ => Err("at least 4 (prefill 2 + decode 4 members on 2 devices each)".into()),
+    }
+}
 
-fn parse() -> Result<DemoOptions> {
-    let mut a = DemoOptions::default();
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
-        match arg.as_str() {
-            "--hosts" => a.hosts = value("--hosts")?.parse()?,
-            "--weights-mib" => a.weights_mib = value("--weights-mib")?.parse()?,
-            "--hold-secs" => a.hold = Duration::from_secs(value("--hold-secs")?.parse()?),
-            "--loopback" => a.hosts_mode = HostsMode::Loopback,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            other => bail!("unknown argument {other:?}\n{USAGE}"),
+impl Cli {
+    fn options(&self) -> DemoOptions {
+        DemoOptions {
+            hosts: self.hosts,
+            weights_mib: self.weights_mib,
+            hold: Duration::from_secs(self.hold_secs),
+            hosts_mode: if self.loopback {
+                HostsMode::Loopback
+            } else {
+                DemoOptions::default().hosts_mode
+            },
         }
     }
-    if a.hosts < 4 {
-        bail!("--hosts must be at least 4 (prefill 2 + decode 4 members on 2 devices each)");
-    }
-    Ok(a)
 }
 
 fn main() -> ExitCode {
-    let options = match parse() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e:#}");
-            return ExitCode::from(2);
-        }
-    };
+    // Help and version exit 0, a bad flag 2.
+    let options = Cli::parse().options();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("HCOMM_DEMO_LOG")
@@ -76,6 +98,65 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("demo failed: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(line: &str) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("demo").chain(line.split_whitespace()))
+    }
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn without_flags_the_demo_runs_its_defaults() {
+        let o = parse("").unwrap().options();
+        let d = DemoOptions::default();
+        assert_eq!(
+            (o.hosts, o.weights_mib, o.hold),
+            (d.hosts, d.weights_mib, d.hold)
+        );
+        assert_eq!(o.hosts_mode, HostsMode::NamespacesOrLoopback);
+    }
+
+    #[test]
+    fn flags_set_the_options_and_loopback_selects_that_mode() {
+        let o = parse("--hosts 6 --weights-mib 64 --hold-secs 1 --loopback")
+            .unwrap()
+            .options();
+        assert_eq!((o.hosts, o.weights_mib), (6, 64));
+        assert_eq!(o.hold, Duration::from_secs(1));
+        assert_eq!(o.hosts_mode, HostsMode::Loopback);
+    }
+
+    #[test]
+    fn too_few_hosts_and_unknown_flags_are_refused_by_name() {
+        for (line, flag) in [("--hosts 3", "--hosts"), ("--bogus", "--bogus")] {
+            let e = parse(line).unwrap_err().to_string();
+            assert!(e.contains(flag), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn help_lists_the_modes_and_options() {
+        let help = Cli::command().render_long_help().to_string();
+        for part in [
+            "--loopback",
+            "--hosts",
+            "--weights-mib",
+            "--hold-secs",
+            "network namespaces",
+        ] {
+            assert!(help.contains(part), "{part} missing:\n{help}");
         }
     }
 }

@@ -6,78 +6,88 @@
 //! checks that no process is left; `build` only builds (or finds) the binaries.
 
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
 use hcomm_e2e::controlplane::detached::DevCluster;
 use hcomm_e2e::controlplane::{ControlPlane, ControlPlaneOptions, Needs, assets, cache_root};
 
-const USAGE: &str = "\
-usage: cargo devcluster <command> [options]
-
-commands:
-  up       start a local control plane in the background and install the hcomm CRDs
-  status   show each component with its pid and health
-  down     stop every component (and check none is left)
-  build    build or find the binaries (etcd, kube-apiserver, ..., helm) and print their paths
-  kubectl  run the pinned kubectl against the devcluster, e.g. `cargo devcluster kubectl get hcg`
-
-options:
-  --state-dir DIR     state folder (default $HCOMM_DEVCLUSTER_DIR or /tmp/hcomm-devcluster)
-  --bind ADDR         address the apiserver listens on (up; default 127.0.0.1)
-  --no-kwok           start without kwok (up, build)
-  --no-controllers    start without kube-controller-manager and kube-scheduler (up, build)
-
-Binaries come from $KUBEBUILDER_ASSETS when set; whatever is missing is built
-with Go once and cached in $HCOMM_CACHE_DIR (default ~/.cache/hcomm).";
-
+/// `cargo devcluster <command> [options]`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "devcluster",
+    bin_name = "cargo devcluster",
+    version,
+    propagate_version = true,
+    about = "A local control plane for people: etcd, kube-apiserver, controllers, kwok",
+    long_about = "A local control plane for people: etcd, kube-apiserver, \
+                  kube-controller-manager, kube-scheduler and kwok, detached from this process.\n\n\
+                  Binaries come from $KUBEBUILDER_ASSETS when set; whatever is missing is built \
+                  with Go once and cached in $HCOMM_CACHE_DIR (default ~/.cache/hcomm).",
+    args_override_self = true
+)]
 struct Args {
-    command: String,
+    #[command(subcommand)]
+    command: Sub,
+    /// State folder.
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        env = "HCOMM_DEVCLUSTER_DIR",
+        default_value = "/tmp/hcomm-devcluster"
+    )]
     state_dir: PathBuf,
+    /// Address the apiserver listens on (up) [default: 127.0.0.1].
+    #[arg(long, global = true, value_name = "ADDR")]
     bind: Option<IpAddr>,
-    kwok: bool,
-    controllers: bool,
+    /// Start without kwok (up, build).
+    #[arg(long, global = true)]
+    no_kwok: bool,
+    /// Start without kube-controller-manager and kube-scheduler (up, build).
+    #[arg(long, global = true)]
+    no_controllers: bool,
 }
 
-fn parse(mut args: impl Iterator<Item = String>) -> anyhow::Result<Args> {
-    let mut parsed = Args {
-        command: String::new(),
-        state_dir: std::env::var_os("HCOMM_DEVCLUSTER_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/tmp/hcomm-devcluster")),
-        bind: None,
-        kwok: true,
-        controllers: true,
-    };
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--state-dir" => {
-                parsed.state_dir = args.next().context("--state-dir needs a folder")?.into()
-            }
-            "--bind" => {
-                let value = args.next().context("--bind needs an address")?;
-                parsed.bind = Some(value.parse().with_context(|| format!("--bind {value}"))?);
-            }
-            "--no-kwok" => parsed.kwok = false,
-            "--no-controllers" => parsed.controllers = false,
-            "-h" | "--help" | "help" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            other if other.starts_with('-') => bail!("unknown option {other}\n\n{USAGE}"),
-            other if parsed.command.is_empty() => parsed.command = other.to_owned(),
-            other => bail!("unexpected argument {other}\n\n{USAGE}"),
-        }
+#[derive(Debug, Subcommand)]
+enum Sub {
+    /// Start a local control plane in the background and install the hcomm CRDs.
+    Up,
+    /// Show each component with its pid and health.
+    Status,
+    /// Stop every component (and check none is left).
+    Down,
+    /// Build or find the binaries (etcd, kube-apiserver, ..., helm) and print their paths.
+    Build,
+    /// Run the pinned kubectl against the devcluster, e.g. `cargo devcluster kubectl get
+    /// hcg` (kubectl's own help: `cargo devcluster kubectl -- --help`).
+    Kubectl {
+        /// Arguments passed on to kubectl.
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
+    },
+}
+
+impl Args {
+    fn kwok(&self) -> bool {
+        !self.no_kwok
     }
-    if parsed.command.is_empty() {
-        bail!("{USAGE}");
+
+    fn controllers(&self) -> bool {
+        !self.no_controllers
     }
-    Ok(parsed)
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Help and version exit 0, a bad flag 2.
+    let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -85,7 +95,7 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    match run().await {
+    match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
@@ -94,18 +104,13 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run() -> anyhow::Result<()> {
-    let mut raw = std::env::args().skip(1).peekable();
-    if raw.peek().is_some_and(|first| first == "kubectl") {
-        return kubectl(raw.skip(1).collect()).await;
-    }
-    let args = parse(raw)?;
-    match args.command.as_str() {
-        "up" => up(&args).await,
-        "status" => status(&args).await,
-        "down" => down(&args),
-        "build" => build(&args).await,
-        other => bail!("unknown command {other}\n\n{USAGE}"),
+async fn run(args: Args) -> anyhow::Result<()> {
+    match &args.command {
+        Sub::Up => up(&args).await,
+        Sub::Status => status(&args).await,
+        Sub::Down => down(&args),
+        Sub::Build => build(&args).await,
+        Sub::Kubectl { args: kubectl_args } => kubectl(&args.state_dir, kubectl_args).await,
     }
 }
 
@@ -128,8 +133,8 @@ async fn up(args: &Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.state_dir)?;
     let mut options = ControlPlaneOptions {
         state_dir: Some(args.state_dir.clone()),
-        controllers: args.controllers,
-        kwok: Some(args.kwok),
+        controllers: args.controllers(),
+        kwok: Some(args.kwok()),
         ..ControlPlaneOptions::default()
     };
     if let Some(bind) = args.bind {
@@ -217,8 +222,8 @@ fn down(args: &Args) -> anyhow::Result<()> {
 
 async fn build(args: &Args) -> anyhow::Result<()> {
     let needs = Needs {
-        controllers: args.controllers,
-        kwok: args.kwok,
+        controllers: args.controllers(),
+        kwok: args.kwok(),
     };
     let started = std::time::Instant::now();
     let binaries = tokio::task::spawn_blocking(move || assets::resolve(needs)).await??;
@@ -254,11 +259,8 @@ async fn build(args: &Args) -> anyhow::Result<()> {
 
 /// Runs the pinned kubectl with the devcluster's kubeconfig, passing every argument on,
 /// so the demo works the same on machines without (or with another) kubectl.
-async fn kubectl(kubectl_args: Vec<String>) -> anyhow::Result<()> {
-    let state_dir = std::env::var_os("HCOMM_DEVCLUSTER_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp/hcomm-devcluster"));
-    let cluster = DevCluster::load(&state_dir)?
+async fn kubectl(state_dir: &Path, kubectl_args: &[String]) -> anyhow::Result<()> {
+    let cluster = DevCluster::load(state_dir)?
         .filter(DevCluster::any_running)
         .with_context(|| {
             format!(
@@ -268,7 +270,7 @@ async fn kubectl(kubectl_args: Vec<String>) -> anyhow::Result<()> {
         })?;
     let binaries = tokio::task::spawn_blocking(|| assets::resolve(Needs::default())).await??;
     let status = std::process::Command::new(&binaries.kubectl)
-        .args(&kubectl_args)
+        .args(kubectl_args)
         .env("KUBECONFIG", &cluster.kubeconfig)
         .status()
         .with_context(|| format!("running {}", binaries.kubectl.display()))?;
@@ -276,4 +278,71 @@ async fn kubectl(kubectl_args: Vec<String>) -> anyhow::Result<()> {
         bail!("kubectl exited with {status}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(line: &str) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("devcluster").chain(line.split_whitespace()))
+    }
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn options_go_before_or_after_the_command() {
+        let a = parse("--state-dir /s up --bind 127.0.0.2 --no-kwok").unwrap();
+        assert!(matches!(a.command, Sub::Up));
+        assert_eq!(a.state_dir, PathBuf::from("/s"));
+        assert_eq!(a.bind, Some("127.0.0.2".parse().unwrap()));
+        assert!(!a.kwok() && a.controllers());
+        let a = parse("build --no-controllers").unwrap();
+        assert!(matches!(a.command, Sub::Build) && !a.controllers() && a.kwok());
+        for (line, sub) in [("status", "status"), ("down", "down")] {
+            let a = parse(line).unwrap();
+            assert_eq!(format!("{:?}", a.command).to_lowercase(), sub);
+        }
+    }
+
+    #[test]
+    fn kubectl_passes_every_argument_on() {
+        let a = parse("kubectl get hcg -o yaml --all-namespaces --help").unwrap();
+        let Sub::Kubectl { args } = a.command else {
+            panic!("not kubectl")
+        };
+        assert_eq!(
+            args,
+            ["get", "hcg", "-o", "yaml", "--all-namespaces", "--help"]
+        );
+    }
+
+    #[test]
+    fn a_command_is_required_and_unknown_ones_are_named() {
+        assert!(parse("").is_err());
+        let e = parse("explode").unwrap_err().to_string();
+        assert!(e.contains("explode"), "{e}");
+        let e = parse("up --bind nowhere").unwrap_err().to_string();
+        assert!(e.contains("--bind"), "{e}");
+    }
+
+    #[test]
+    fn every_subcommand_renders_its_help() {
+        let mut cmd = Args::command();
+        let top = cmd.render_long_help().to_string();
+        for sub in ["up", "status", "down", "build", "kubectl"] {
+            assert!(top.contains(sub), "{sub} missing:\n{top}");
+            let help = cmd
+                .find_subcommand_mut(sub)
+                .unwrap()
+                .render_long_help()
+                .to_string();
+            assert!(help.contains("--state-dir"), "{sub}:\n{help}");
+        }
+    }
 }

@@ -1,85 +1,83 @@
-//! Command-line flags, hand-rolled like the agent's: flat `--flag value` (or
-//! `--flag=value`) pairs, each flag read once, unknown flags refused; plus the duration
-//! syntax (`500ms`, `30s`, `2m`, bare seconds) used by both binaries.
+//! The `hcomm-worker` command line (clap) with its environment fallbacks, turned into a
+//! [`WorkerConfig`]; and the duration syntax (`500ms`, `30s`, `2m`, bare seconds) both
+//! binaries' flags take.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use clap::Parser;
+use clap::builder::NonEmptyStringValueParser;
 
-/// Parsed `--flag value` pairs; [`Flags::finish`] refuses any flag nobody asked for.
-#[derive(Debug)]
-pub struct Flags {
-    pairs: Vec<(String, String)>,
+use crate::error::{Error, Result};
+use crate::worker::{DEFAULT_AGENT_SOCKET, WorkerConfig, default_listen};
+
+/// `hcomm-worker [options]`: the reference inference worker. Inside a member Pod every
+/// setting has a default or comes from the environment the operator gives the Pod.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "hcomm-worker",
+    version,
+    about = "The reference inference worker of an hcomm pool",
+    args_override_self = true
+)]
+pub struct WorkerArgs {
+    /// This worker's Pod name.
+    #[arg(long, value_name = "NAME", env = "POD_NAME", value_parser = NonEmptyStringValueParser::new())]
+    pub pod: String,
+    /// This worker's namespace.
+    #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Where the HTTP API listens [default: $POD_IP:8080, else 0.0.0.0:8080].
+    #[arg(long, value_name = "IP:PORT", env = "HCOMM_WORKER_LISTEN")]
+    pub listen: Option<String>,
+    /// The node agent's local-API socket [default: /run/hcomm/agent.sock].
+    #[arg(long, value_name = "PATH", env = "HCOMM_AGENT_SOCKET")]
+    pub agent_socket: Option<String>,
+    /// Time per generated token, in milliseconds [default: 20].
+    #[arg(long, value_name = "MS")]
+    pub step_ms: Option<u64>,
+    /// The pool's role (prefill, decode, generic) [default: generic].
+    #[arg(long, value_name = "ROLE")]
+    pub role: Option<String>,
+    /// Most tokens one request may ask for [default: 4096].
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u32>,
+    /// How long SIGTERM waits for requests in flight [default: 25s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub shutdown_grace: Option<Duration>,
+    /// Bound of one exchange with the agent [default: 2s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub agent_timeout: Option<Duration>,
 }
 
-impl Flags {
-    /// Parses `args` (without the program name or subcommand). `--help`/`-h` yields
-    /// `Ok(None)`.
-    pub fn parse(args: &[String]) -> Result<Option<Flags>> {
-        let mut pairs = Vec::new();
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            if a == "--help" || a == "-h" {
-                return Ok(None);
-            }
-            let Some(flag) = a.strip_prefix("--") else {
-                return Err(Error::Config(format!("unexpected argument {a:?}")));
-            };
-            let (k, v) = match flag.split_once('=') {
-                Some((k, v)) => (k.to_owned(), v.to_owned()),
-                None => {
-                    let v = it
-                        .next()
-                        .ok_or_else(|| Error::Config(format!("--{flag} needs a value")))?;
-                    (flag.to_owned(), v.clone())
-                }
-            };
-            if pairs.iter().any(|(seen, _)| *seen == k) {
-                return Err(Error::Config(format!("--{k} given twice")));
-            }
-            pairs.push((k, v));
+impl WorkerArgs {
+    /// The worker's configuration; `pod_ip` is `$POD_IP` (the listen default). Empty
+    /// values count as unset.
+    pub fn into_config(self, pod_ip: Option<&str>) -> Result<WorkerConfig> {
+        let set = |v: Option<String>| v.filter(|v| !v.is_empty());
+        let listen = set(self.listen).unwrap_or_else(|| default_listen(pod_ip));
+        let listen = listen
+            .parse()
+            .map_err(|e| Error::Config(format!("--listen {listen:?}: {e}")))?;
+        let socket = set(self.agent_socket).unwrap_or_else(|| DEFAULT_AGENT_SOCKET.into());
+        let mut cfg = WorkerConfig::new(self.pod, listen, PathBuf::from(socket));
+        cfg.namespace = set(self.namespace);
+        if let Some(ms) = self.step_ms {
+            cfg.step = Duration::from_millis(ms);
         }
-        Ok(Some(Flags { pairs }))
-    }
-
-    /// Takes `--name`'s value, if given.
-    pub fn take(&mut self, name: &str) -> Option<String> {
-        let i = self.pairs.iter().position(|(k, _)| k == name)?;
-        Some(self.pairs.remove(i).1)
-    }
-
-    /// Takes `--name`, else the environment variable `env` (empty counts as unset).
-    pub fn take_or_env(&mut self, name: &str, env: &str) -> Option<String> {
-        self.take(name)
-            .or_else(|| std::env::var(env).ok().filter(|v| !v.is_empty()))
-    }
-
-    /// Takes `--name` parsed with `FromStr`.
-    pub fn take_parsed<T: std::str::FromStr>(&mut self, name: &str) -> Result<Option<T>>
-    where
-        T::Err: std::fmt::Display,
-    {
-        self.take(name)
-            .map(|v| {
-                v.parse()
-                    .map_err(|e| Error::Config(format!("--{name} {v:?}: {e}")))
-            })
-            .transpose()
-    }
-
-    /// Takes `--name` as a duration ([`parse_duration`]).
-    pub fn take_duration(&mut self, name: &str) -> Result<Option<Duration>> {
-        self.take(name)
-            .map(|v| parse_duration(&v).map_err(|e| Error::Config(format!("--{name}: {e}"))))
-            .transpose()
-    }
-
-    /// Fails if a flag was given that no one took.
-    pub fn finish(self) -> Result<()> {
-        match self.pairs.first() {
-            None => Ok(()),
-            Some((k, _)) => Err(Error::Config(format!("unknown flag --{k}"))),
+        if let Some(role) = self.role {
+            cfg.role = role;
         }
+        if let Some(n) = self.max_tokens {
+            cfg.max_tokens = n;
+        }
+        if let Some(d) = self.shutdown_grace {
+            cfg.shutdown_grace = d;
+        }
+        if let Some(d) = self.agent_timeout {
+            cfg.agent_timeout = d;
+        }
+        Ok(cfg)
     }
 }
 
@@ -105,28 +103,138 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 #[cfg(test)]
 mod tests {
+    use clap::CommandFactory;
+
     use super::*;
 
-    fn args(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
+    fn parse(args: &[&str]) -> std::result::Result<WorkerArgs, clap::Error> {
+        WorkerArgs::try_parse_from(std::iter::once("hcomm-worker").chain(args.iter().copied()))
     }
 
     #[test]
-    fn flags_are_taken_once_and_unknown_ones_refused() {
-        let mut f = Flags::parse(&args(&["--pod", "w-0", "--step-ms=5"]))
-            .unwrap()
-            .unwrap();
-        assert_eq!(f.take("pod").as_deref(), Some("w-0"));
-        assert_eq!(f.take_parsed::<u64>("step-ms").unwrap(), Some(5));
-        f.finish().unwrap();
+    fn the_command_line_definition_is_consistent() {
+        WorkerArgs::command().debug_assert();
+    }
 
-        let f = Flags::parse(&args(&["--bogus", "1"])).unwrap().unwrap();
-        assert!(f.finish().unwrap_err().to_string().contains("--bogus"));
-        assert!(Flags::parse(&args(&["--pod"])).is_err());
-        assert!(Flags::parse(&args(&["--a", "1", "--a", "2"])).is_err());
-        assert!(Flags::parse(&args(&["--help"])).unwrap().is_none());
-        let mut f = Flags::parse(&args(&["--step-ms", "x"])).unwrap().unwrap();
-        assert!(f.take_parsed::<u64>("step-ms").is_err());
+    #[test]
+    fn flags_override_the_defaults() {
+        let c = parse(&[
+            "--pod",
+            "w-0",
+            "--namespace",
+            "ns",
+            "--listen",
+            "127.0.0.1:9000",
+            "--agent-socket",
+            "/tmp/a.sock",
+            "--step-ms",
+            "5",
+            "--role",
+            "decode",
+            "--max-tokens=64",
+            "--shutdown-grace",
+            "1m",
+            "--agent-timeout",
+            "500ms",
+        ])
+        .unwrap()
+        .into_config(Some("10.0.0.7"))
+        .unwrap();
+        assert_eq!(c.pod, "w-0");
+        assert_eq!(c.namespace.as_deref(), Some("ns"));
+        assert_eq!(c.listen, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(c.agent_socket, PathBuf::from("/tmp/a.sock"));
+        assert_eq!(c.step, Duration::from_millis(5));
+        assert_eq!(c.role, "decode");
+        assert_eq!(c.max_tokens, 64);
+        assert_eq!(c.shutdown_grace, Duration::from_secs(60));
+        assert_eq!(c.agent_timeout, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn without_flags_the_documented_defaults_apply() {
+        let c = parse(&["--pod", "w-0"])
+            .unwrap()
+            .into_config(Some("10.0.0.7"))
+            .unwrap();
+        let d = WorkerConfig::new("w-0", c.listen, DEFAULT_AGENT_SOCKET.into());
+        assert_eq!(c.listen, "10.0.0.7:8080".parse().unwrap());
+        assert_eq!(c.agent_socket, PathBuf::from(DEFAULT_AGENT_SOCKET));
+        assert_eq!(
+            (c.step, c.max_tokens, c.role.as_str()),
+            (d.step, d.max_tokens, "generic")
+        );
+        assert_eq!(
+            (c.shutdown_grace, c.agent_timeout),
+            (d.shutdown_grace, d.agent_timeout)
+        );
+    }
+
+    #[test]
+    fn the_testbeds_and_examples_worker_arguments_parse() {
+        // e2e/src/testbed/launch.rs: the example worker's container args.
+        let c = parse(&["--pod", "w-0", "--step-ms", "20"]).unwrap();
+        assert_eq!(c.step_ms, Some(20));
+        // examples/decode-pool.yaml and prefill-pool.yaml: the worker container's args.
+        for (args, role) in [
+            (["--role", "decode", "--step-ms", "20"], "decode"),
+            (["--role", "prefill", "--step-ms", "50"], "prefill"),
+        ] {
+            let c = parse(&[&["--pod", "w-0"][..], &args].concat()).unwrap();
+            assert_eq!(c.role.as_deref(), Some(role));
+        }
+    }
+
+    #[test]
+    fn environment_fallbacks_are_declared() {
+        let cmd = WorkerArgs::command();
+        for (flag, var) in [
+            ("pod", "POD_NAME"),
+            ("namespace", "POD_NAMESPACE"),
+            ("listen", "HCOMM_WORKER_LISTEN"),
+            ("agent-socket", "HCOMM_AGENT_SOCKET"),
+        ] {
+            let arg = cmd
+                .get_arguments()
+                .find(|a| a.get_long() == Some(flag))
+                .unwrap_or_else(|| panic!("--{flag} missing"));
+            assert_eq!(arg.get_env().and_then(|v| v.to_str()), Some(var), "{flag}");
+        }
+    }
+
+    #[test]
+    fn bad_values_and_unknown_flags_are_errors_naming_the_flag() {
+        for (args, flag) in [
+            (&["--pod", "w", "--bogus", "1"][..], "--bogus"),
+            (&["--pod", "w", "--step-ms", "x"], "--step-ms"),
+            (
+                &["--pod", "w", "--shutdown-grace", "10x"],
+                "--shutdown-grace",
+            ),
+            (&["--pod"], "--pod"),
+            (
+                &[
+                    "--pod",
+                    "a",
+                    "--role",
+                    "x",
+                    "--role",
+                    "y",
+                    "--max-tokens",
+                    "z",
+                ],
+                "--max-tokens",
+            ),
+        ] {
+            let e = parse(args).unwrap_err().to_string();
+            assert!(e.contains(flag), "{args:?}: {e}");
+        }
+        let e = parse(&["--pod", "w", "--listen", "nowhere"])
+            .unwrap()
+            .into_config(None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--listen"), "{e}");
     }
 
     #[test]

@@ -19,54 +19,131 @@
 //! answered with two digests.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use hcomm_examples::flags::Flags;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use hcomm_examples::flags::parse_duration;
 use hcomm_examples::load::{self, AllowedDigests, LoadConfig, LoadStats};
 use hcomm_examples::proxy::{self, Proxy};
 use hcomm_examples::router::{self, Balancer, Dispatcher, HttpClient};
 
-const USAGE: &str = "usage:\n  hcomm-router serve --service SVC [--namespace NS] [--listen 0.0.0.0:8000] \
-[--max-attempts 3] [--request-timeout 10s] [--connect-timeout 1s] [--attempt-timeout T] \
-[--discovery endpointslices|pods]\n  hcomm-router load --service SVC \
-[--namespace NS] [--concurrency 8] [--rate REQ_PER_S] [--duration 30s] [--requests N] [--tokens 16] \
-[--expect-digest sha256:..[,..]] [--max-attempts 3] [--request-timeout 10s] [--connect-timeout 1s] [--attempt-timeout T] \
-[--wait-ready 30s] [--progress 1s] [--progress-format text|json] [--records FILE.jsonl] \
-[--discovery endpointslices|pods]\n\
-load runs until --duration, --requests, SIGINT or SIGTERM, then prints the final JSON stats line.";
+/// `hcomm-router serve|load`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "hcomm-router",
+    version,
+    propagate_version = true,
+    about = "A router in front of an hcomm pool, or a load generator through one",
+    long_about = "A router in front of an hcomm pool, or a load generator through one. \
+                  Kubernetes access: in-cluster config or KUBECONFIG."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Sub,
+}
+
+#[derive(Debug, Subcommand)]
+enum Sub {
+    /// Route requests to the pool's ready members, retrying on another one.
+    Serve(ServeArgs),
+    /// Put load on the pool through the router logic; prints progress on stderr and one
+    /// final JSON stats line on stdout; exits 2 if a request failed, got a wrong digest,
+    /// or a member answered with two digests. Without --duration or --requests it runs
+    /// until SIGINT or SIGTERM.
+    Load(Box<LoadArgs>),
+}
 
 /// Flags both subcommands share: where the pool is and how requests are sent.
+#[derive(Debug, Args)]
 struct Common {
+    /// The pool's Service.
+    #[arg(long, value_name = "SVC")]
     service: String,
+    /// Its namespace [default: the Kubernetes config's namespace].
+    #[arg(long, value_name = "NS")]
     namespace: Option<String>,
+    /// Attempts per request (a 503 or a reset is retried on another member).
+    #[arg(long, value_name = "N", default_value_t = 3)]
     max_attempts: u32,
+    /// Bound of one request, all attempts included.
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
     request_timeout: Duration,
+    /// Bound of one connection attempt.
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration)]
     connect_timeout: Duration,
+    /// Bound of one attempt [default: none].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     attempt_timeout: Option<Duration>,
+    /// How members are found: the Service's EndpointSlices, or its Pods by their Ready
+    /// condition (for Pod addresses the EndpointSlice API refuses, e.g. loopback hosts).
+    #[arg(long, value_name = "endpointslices|pods", default_value = "endpointslices",
+          value_parser = discovery)]
     discovery: router::Discovery,
 }
 
-impl Common {
-    fn take(f: &mut Flags) -> anyhow::Result<Common> {
-        Ok(Common {
-            service: f.take("service").context("--service is required")?,
-            namespace: f.take("namespace"),
-            max_attempts: f.take_parsed("max-attempts")?.unwrap_or(3),
-            request_timeout: f
-                .take_duration("request-timeout")?
-                .unwrap_or(Duration::from_secs(10)),
-            connect_timeout: f
-                .take_duration("connect-timeout")?
-                .unwrap_or(Duration::from_secs(1)),
-            attempt_timeout: f.take_duration("attempt-timeout")?,
-            discovery: match f.take("discovery") {
-                Some(d) => d.parse().map_err(anyhow::Error::msg)?,
-                None => router::Discovery::EndpointSlices,
-            },
-        })
-    }
+fn discovery(s: &str) -> Result<router::Discovery, String> {
+    s.parse()
+}
 
+/// `hcomm-router serve`.
+#[derive(Debug, Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Where the router listens.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8000")]
+    listen: std::net::SocketAddr,
+}
+
+/// How progress is reported besides the text line on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ProgressFormat {
+    /// Text lines on stderr only.
+    Text,
+    /// Also the stats as a JSON line on stdout at every tick (for harnesses).
+    Json,
+}
+
+/// `hcomm-router load`.
+#[derive(Debug, Args)]
+struct LoadArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Requests in flight at once.
+    #[arg(long, value_name = "N", default_value_t = LoadConfig::default().concurrency)]
+    concurrency: usize,
+    /// Requests per second [default: as fast as the concurrency allows].
+    #[arg(long, value_name = "REQ_PER_S")]
+    rate: Option<f64>,
+    /// Stop after this long.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Stop after this many requests.
+    #[arg(long, value_name = "N")]
+    requests: Option<u64>,
+    /// Tokens asked of each request.
+    #[arg(long, value_name = "N", default_value_t = LoadConfig::default().tokens)]
+    tokens: u32,
+    /// Accepted weights digests, comma-separated [default: any].
+    #[arg(long, value_name = "sha256:...[,sha256:...]")]
+    expect_digest: Option<String>,
+    /// How long to wait for a ready endpoint.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
+    wait_ready: Duration,
+    /// Interval of the progress lines.
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration)]
+    progress: Duration,
+    /// Progress format.
+    #[arg(long, value_enum, default_value_t = ProgressFormat::Text)]
+    progress_format: ProgressFormat,
+    /// Write one JSON record per request to FILE.jsonl at the end.
+    #[arg(long, value_name = "FILE.jsonl")]
+    records: Option<PathBuf>,
+}
+
+impl Common {
     /// Connects to the cluster, follows the Service, builds the dispatcher.
     async fn dispatcher(&self) -> anyhow::Result<(router::Follower, Dispatcher)> {
         let client = kube::Client::try_default()
@@ -90,44 +167,28 @@ impl Common {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // Help and version exit 0, a bad flag 2.
+    let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let (cmd, rest) = match args.split_first() {
-        Some((c, rest)) => (c.as_str(), rest),
-        None => ("help", &[][..]),
-    };
-    let Some(f) = Flags::parse(rest)? else {
-        println!("{USAGE}");
-        return Ok(());
-    };
-    match cmd {
-        "serve" => serve(f).await,
-        "load" => {
-            let ok = load(f).await?;
+    match cli.command {
+        Sub::Serve(args) => serve(args).await,
+        Sub::Load(args) => {
+            let ok = load(*args).await?;
             if !ok {
                 std::process::exit(2);
             }
             Ok(())
         }
-        "help" | "--help" | "-h" => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        other => bail!("unknown subcommand {other:?}\n{USAGE}"),
     }
 }
 
-async fn serve(mut f: Flags) -> anyhow::Result<()> {
-    let common = Common::take(&mut f)?;
-    let listen = f
-        .take_parsed("listen")?
-        .unwrap_or_else(|| ([0, 0, 0, 0], 8000).into());
-    f.finish()?;
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let ServeArgs { common, listen } = args;
     let (_follower, dispatcher) = common.dispatcher().await?;
     let p = Proxy {
         dispatcher,
@@ -141,42 +202,27 @@ async fn serve(mut f: Flags) -> anyhow::Result<()> {
 }
 
 /// Runs the load; true when every request was served with an accepted digest.
-async fn load(mut f: Flags) -> anyhow::Result<bool> {
-    let common = Common::take(&mut f)?;
-    let mut cfg = LoadConfig {
+async fn load(args: LoadArgs) -> anyhow::Result<bool> {
+    let common = args.common;
+    let cfg = LoadConfig {
         request_timeout: common.request_timeout,
+        concurrency: args.concurrency,
+        rate: args.rate,
+        duration: args.duration,
+        max_requests: args.requests,
+        tokens: args.tokens,
         ..LoadConfig::default()
     };
-    if let Some(c) = f.take_parsed("concurrency")? {
-        cfg.concurrency = c;
-    }
-    cfg.rate = f.take_parsed("rate")?;
-    cfg.duration = f.take_duration("duration")?;
-    cfg.max_requests = f.take_parsed("requests")?;
-    if let Some(t) = f.take_parsed("tokens")? {
-        cfg.tokens = t;
-    }
-    let allowed = match f.take("expect-digest") {
+    let allowed = match args.expect_digest {
         Some(list) => {
             AllowedDigests::only(list.split(',').map(str::trim).filter(|s| !s.is_empty()))
         }
         None => AllowedDigests::any(),
     };
-    let wait_ready = f
-        .take_duration("wait-ready")?
-        .unwrap_or(Duration::from_secs(30));
-    let progress = f
-        .take_duration("progress")?
-        .unwrap_or(Duration::from_secs(1));
-    let records_path = f.take("records");
+    let (wait_ready, progress, records_path) = (args.wait_ready, args.progress, args.records);
     // `json`: the stats as a JSON line on stdout at every progress tick (for harnesses),
     // besides the text line on stderr.
-    let json_progress = match f.take("progress-format").as_deref() {
-        None | Some("text") => false,
-        Some("json") => true,
-        Some(other) => bail!("--progress-format {other:?}: text or json"),
-    };
-    f.finish()?;
+    let json_progress = args.progress_format == ProgressFormat::Json;
 
     let (_follower, dispatcher) = common.dispatcher().await?;
     if tokio::time::timeout(wait_ready, dispatcher.balancer().wait_ready())
@@ -212,7 +258,7 @@ async fn load(mut f: Flags) -> anyhow::Result<bool> {
     let report = run.finish().await;
     if let Some(path) = records_path {
         let mut out = std::io::BufWriter::new(
-            std::fs::File::create(&path).with_context(|| format!("create {path}"))?,
+            std::fs::File::create(&path).with_context(|| format!("create {}", path.display()))?,
         );
         for r in &report.records {
             serde_json::to_writer(&mut out, r)?;
@@ -253,4 +299,95 @@ fn progress_line(s: &LoadStats, ready: usize) -> String {
         s.latency_ms.p99,
         pods.join(" ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(line: &str) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("hcomm-router").chain(line.split_whitespace()))
+    }
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn serve_takes_the_common_flags_and_a_listen_address() {
+        let Sub::Serve(s) =
+            parse("serve --service decode --listen 127.0.0.1:9000 --discovery pods")
+                .unwrap()
+                .command
+        else {
+            panic!("not serve")
+        };
+        assert_eq!(s.common.service, "decode");
+        assert_eq!(s.listen, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(s.common.discovery, router::Discovery::Pods);
+        assert_eq!(s.common.max_attempts, 3);
+        assert_eq!(s.common.request_timeout, Duration::from_secs(10));
+        assert_eq!(s.common.connect_timeout, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn the_testbeds_load_arguments_parse() {
+        // e2e/src/testbed/load.rs
+        let Sub::Load(l) = parse(
+            "load --service decode --namespace default --concurrency 4 --tokens 8 \
+             --progress 500ms --progress-format json --attempt-timeout 2s \
+             --records /tmp/r.jsonl --expect-digest sha256:aa,sha256:bb --discovery pods",
+        )
+        .unwrap()
+        .command
+        else {
+            panic!("not load")
+        };
+        assert_eq!((l.concurrency, l.tokens), (4, 8));
+        assert_eq!(l.progress, Duration::from_millis(500));
+        assert_eq!(l.progress_format, ProgressFormat::Json);
+        assert_eq!(l.common.attempt_timeout, Some(Duration::from_secs(2)));
+        assert_eq!(l.records, Some(PathBuf::from("/tmp/r.jsonl")));
+        assert_eq!(l.expect_digest.as_deref(), Some("sha256:aa,sha256:bb"));
+        assert_eq!(l.wait_ready, Duration::from_secs(30));
+        assert_eq!((l.duration, l.requests, l.rate), (None, None, None));
+    }
+
+    #[test]
+    fn errors_name_the_flag() {
+        for (line, flag) in [
+            ("serve", "--service"),
+            ("load --service s --duration soon", "--duration"),
+            (
+                "load --service s --progress-format xml",
+                "--progress-format",
+            ),
+            ("serve --service s --discovery dns", "--discovery"),
+            ("serve --service s --bogus 1", "--bogus"),
+            ("load --service a --service b", "--service"),
+            ("explode", "explode"),
+        ] {
+            let e = parse(line).unwrap_err().to_string();
+            assert!(e.contains(flag), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn every_subcommand_renders_its_help() {
+        let mut cmd = Cli::command();
+        for sub in ["serve", "load"] {
+            let help = cmd
+                .find_subcommand_mut(sub)
+                .unwrap()
+                .render_long_help()
+                .to_string();
+            assert!(
+                help.contains("--service") && help.contains("--discovery"),
+                "{help}"
+            );
+        }
+    }
 }

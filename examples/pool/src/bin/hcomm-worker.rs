@@ -1,21 +1,21 @@
 //! `hcomm-worker`: the reference inference worker (see `hcomm_examples::worker`).
 
 use anyhow::Context;
-use hcomm_examples::worker::{self, WorkerConfig};
+use clap::Parser;
+use hcomm_examples::flags::WorkerArgs;
+use hcomm_examples::worker;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // Help and version exit 0, a bad flag 2.
+    let args = WorkerArgs::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(cfg) = WorkerConfig::from_args(&args)? else {
-        println!("{}", worker::USAGE);
-        return Ok(());
-    };
+    let cfg = args.into_config(std::env::var("POD_IP").ok().as_deref())?;
     let w = worker::start(cfg).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;

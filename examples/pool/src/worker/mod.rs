@@ -31,15 +31,9 @@ pub use state::{WorkerState, WorkerStats};
 
 use crate::agent_client::AgentClient;
 use crate::error::{Error, Result};
-use crate::flags::Flags;
 
 /// Default agent socket (the chart's `--socket`).
 pub const DEFAULT_AGENT_SOCKET: &str = "/run/hcomm/agent.sock";
-
-/// Usage text of `hcomm-worker`.
-pub const USAGE: &str = "usage: hcomm-worker [--pod NAME] [--namespace NS] [--listen IP:PORT] \
-[--agent-socket PATH] [--step-ms MS] [--role ROLE] [--max-tokens N] [--shutdown-grace DUR] \
-[--agent-timeout DUR]\n  env: POD_NAME, POD_NAMESPACE, POD_IP, HCOMM_WORKER_LISTEN, HCOMM_AGENT_SOCKET";
 
 /// The worker's configuration.
 #[derive(Debug, Clone)]
@@ -76,52 +70,6 @@ impl WorkerConfig {
         }
     }
 
-    /// Parses flags with environment fallbacks; `Ok(None)` for `--help`.
-    pub fn from_args(args: &[String]) -> Result<Option<WorkerConfig>> {
-        let Some(mut f) = Flags::parse(args)? else {
-            return Ok(None);
-        };
-        let pod = f
-            .take_or_env("pod", "POD_NAME")
-            .ok_or_else(|| Error::Config("--pod (or POD_NAME) is required".into()))?;
-        let namespace = f.take_or_env("namespace", "POD_NAMESPACE");
-        let listen = match f.take("listen") {
-            Some(l) => l,
-            None => match std::env::var("HCOMM_WORKER_LISTEN")
-                .ok()
-                .filter(|v| !v.is_empty())
-            {
-                Some(l) => l,
-                None => default_listen(std::env::var("POD_IP").ok().as_deref()),
-            },
-        };
-        let listen: SocketAddr = listen
-            .parse()
-            .map_err(|e| Error::Config(format!("listen address {listen:?}: {e}")))?;
-        let socket = f
-            .take_or_env("agent-socket", "HCOMM_AGENT_SOCKET")
-            .unwrap_or_else(|| DEFAULT_AGENT_SOCKET.into());
-        let mut cfg = WorkerConfig::new(pod, listen, socket.into());
-        cfg.namespace = namespace;
-        if let Some(ms) = f.take_parsed::<u64>("step-ms")? {
-            cfg.step = Duration::from_millis(ms);
-        }
-        if let Some(role) = f.take("role") {
-            cfg.role = role;
-        }
-        if let Some(n) = f.take_parsed("max-tokens")? {
-            cfg.max_tokens = n;
-        }
-        if let Some(d) = f.take_duration("shutdown-grace")? {
-            cfg.shutdown_grace = d;
-        }
-        if let Some(d) = f.take_duration("agent-timeout")? {
-            cfg.agent_timeout = d;
-        }
-        f.finish()?;
-        Ok(Some(cfg))
-    }
-
     fn agent(&self) -> AgentClient {
         AgentClient {
             socket: self.agent_socket.clone(),
@@ -133,7 +81,7 @@ impl WorkerConfig {
 }
 
 /// `$POD_IP:8080` (brackets for IPv6), else all interfaces.
-fn default_listen(pod_ip: Option<&str>) -> String {
+pub fn default_listen(pod_ip: Option<&str>) -> String {
     match pod_ip.filter(|ip| !ip.is_empty()) {
         Some(ip) if ip.contains(':') => format!("[{ip}]:8080"),
         Some(ip) => format!("{ip}:8080"),
@@ -259,33 +207,5 @@ mod tests {
         assert_eq!(default_listen(Some("fd00::7")), "[fd00::7]:8080");
         assert_eq!(default_listen(None), "0.0.0.0:8080");
         assert_eq!(default_listen(Some("")), "0.0.0.0:8080");
-    }
-
-    #[test]
-    fn flags_override_the_defaults() {
-        let args: Vec<String> = [
-            "--pod",
-            "w-0",
-            "--namespace",
-            "ns",
-            "--listen",
-            "127.0.0.1:9000",
-            "--agent-socket",
-            "/tmp/a.sock",
-            "--step-ms",
-            "5",
-            "--role",
-            "decode",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let c = WorkerConfig::from_args(&args).unwrap().unwrap();
-        assert_eq!(c.pod, "w-0");
-        assert_eq!(c.namespace.as_deref(), Some("ns"));
-        assert_eq!(c.listen, "127.0.0.1:9000".parse().unwrap());
-        assert_eq!(c.agent_socket, PathBuf::from("/tmp/a.sock"));
-        assert_eq!(c.step, Duration::from_millis(5));
-        assert_eq!(c.role, "decode");
     }
 }

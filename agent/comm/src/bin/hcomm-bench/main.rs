@@ -20,17 +20,9 @@ mod worker;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args = match args::Args::parse(std::env::args().skip(1)) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("hcomm-bench: {e}\n\n{}", args::USAGE);
-            return ExitCode::from(2);
-        }
-    };
-    let result = if args.help {
-        println!("{}", args::USAGE);
-        Ok(())
-    } else if args.worker {
+    // Help and version exit 0, a bad flag 2.
+    let args = args::Args::parse(std::env::args().skip(1).collect()).unwrap_or_else(|e| e.exit());
+    let result = if args.worker {
         worker::run(&args)
     } else {
         launch::run(&args)
