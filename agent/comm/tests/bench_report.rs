@@ -34,7 +34,9 @@ fn the_committed_collective_tables_are_what_the_recorded_data_gives() {
 fn a_table_edited_by_hand_is_caught() {
     let doc = std::fs::read_to_string(repo_root().join("docs/benchmarks.md")).unwrap();
     let target = "Met ";
-    let at = doc.find(target).expect("the targets table states how many checks were met");
+    let at = doc
+        .find(target)
+        .expect("the targets table states how many checks were met");
     let edited = format!("{}Met 66{}", &doc[..at], &doc[at + target.len()..]);
     let dir = std::env::temp_dir().join(format!("hcomm-bench-report-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -35,7 +35,7 @@ pub const SPIN_ENV: &str = "HCOMM_SPIN_US";
 /// [`EndpointConfig::spin`] unless `HCOMM_SPIN_US` says otherwise: a few small-message
 /// round trips on loopback or within a rack. Against no polling, fixed 30 or 100 µs and
 /// adaptive 50 µs, it was the fastest or within 6 % of it at 4 KiB for 2, 4 and 8 ranks on
-/// 2 cores (agent/comm/bench/analysis.md, "4 KiB latency").
+/// 2 cores (docs/benchmarks/collectives-notes.md, "4 KiB latency").
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(100);
 
 impl std::fmt::Debug for EndpointConfig {
