@@ -24,6 +24,8 @@ pub mod state;
 pub mod sync_warnings;
 pub mod task;
 #[cfg(test)]
+mod task_kit;
+#[cfg(test)]
 mod task_tests;
 pub mod verify;
 pub mod weights;
