@@ -10,8 +10,9 @@
 //! ([`member::domain`]) → readiness gate → drain → leave. The inference worker talks to the
 //! agent over [`local_api`]; [`health`] probes links and the domain; [`metrics`] exports
 //! Prometheus text; [`diagnose`] runs the operator's checklist. Kubernetes I/O stays at the
-//! edges (`run`, `member::task`, `member::driver`, `inventory::publish`); the decisions are
-//! pure functions tested on their own.
+//! edges (`run`, `member::adapters` behind `member::ports`, `member::driver`,
+//! `inventory::publish`); the decisions are pure functions tested on their own, and the
+//! member task is tested against in-memory fakes of its ports.
 
 pub mod cli;
 pub mod config;

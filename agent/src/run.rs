@@ -181,7 +181,10 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     ));
     let inv_task = tokio::spawn(inventory_loop(ctx.clone()));
     let health_task = tokio::spawn(crate::health::probe_loop(ctx.clone()));
-    let group_watch = tokio::spawn(crate::member::nudge::watch_groups(ctx.clone()));
+    let group_watch = tokio::spawn({
+        let ctx = ctx.clone();
+        async move { crate::member::nudge::watch_groups(ctx.client.clone(), &ctx.nudges).await }
+    });
     let driver = tokio::spawn(crate::member::driver::run(ctx.clone(), stopped()));
 
     shutdown_signal().await;

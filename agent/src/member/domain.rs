@@ -6,6 +6,9 @@
 //! The rendezvous needs no out-of-band exchange: the root is the endpoint of rank 0 (from
 //! the rank table, see [`super::ranktable`]) and the session id is derived from the group
 //! secret, the group and the epoch ([`root_id`]).
+//!
+//! The group's `spec.comm` reaches the engine through [`DomainConfig::from_comm`]: the
+//! connect and op timeouts, and the algorithm mapped by [`engine_algorithm`].
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -35,11 +38,47 @@ pub fn root_id(secret: &[u8], namespace: &str, group: &str, epoch: u64) -> [u8; 
 }
 
 /// Timeouts of the domain.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DomainTimeouts {
     pub connect: Duration,
     pub init: Duration,
     pub op: Duration,
+}
+
+/// The CRD's `spec.comm.algorithm` as the engine's algorithm (pure). One arm per CRD
+/// variant: a variant added to the CRD must be mapped here before the agent builds.
+pub fn engine_algorithm(a: hcomm_crds::Algorithm) -> hcomm_comm::Algorithm {
+    match a {
+        hcomm_crds::Algorithm::Auto => hcomm_comm::Algorithm::Auto,
+        hcomm_crds::Algorithm::Ring => hcomm_comm::Algorithm::Ring,
+        hcomm_crds::Algorithm::Tree => hcomm_comm::Algorithm::Tree,
+    }
+}
+
+/// How the member's domain is built, from the group's `spec.comm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DomainConfig {
+    pub timeouts: DomainTimeouts,
+    /// Every communicator of the domain runs its collectives with this algorithm; all
+    /// members read it from the same spec, so their operation tags agree.
+    pub algorithm: hcomm_comm::Algorithm,
+}
+
+impl DomainConfig {
+    /// `connectTimeoutSeconds` bounds each connection and (twice over) the rendezvous,
+    /// `opTimeoutSeconds` each collective; a value that is not positive falls back to 30 s
+    /// (the CRD's schema already refuses those).
+    pub fn from_comm(comm: &hcomm_crds::CommSpec) -> DomainConfig {
+        let secs = |s: i32| Duration::from_secs(u64::try_from(s).unwrap_or(30));
+        DomainConfig {
+            timeouts: DomainTimeouts {
+                connect: secs(comm.connect_timeout_seconds),
+                init: secs(comm.connect_timeout_seconds) * 2,
+                op: secs(comm.op_timeout_seconds),
+            },
+            algorithm: engine_algorithm(comm.algorithm),
+        }
+    }
 }
 
 /// One member's endpoint and current communicator.
@@ -48,7 +87,7 @@ pub struct Domain {
     group: String,
     secret: Vec<u8>,
     bind_ip: IpAddr,
-    timeouts: DomainTimeouts,
+    config: DomainConfig,
     metrics: Metrics,
     ep: Option<Arc<Endpoint>>,
     current: watch::Sender<Option<Arc<TcpComm>>>,
@@ -60,7 +99,7 @@ impl Domain {
         group: &str,
         secret: Vec<u8>,
         bind_ip: IpAddr,
-        timeouts: DomainTimeouts,
+        config: DomainConfig,
         metrics: Metrics,
     ) -> Domain {
         Domain {
@@ -68,7 +107,7 @@ impl Domain {
             group: group.into(),
             secret,
             bind_ip,
-            timeouts,
+            config,
             metrics,
             ep: None,
             current: watch::channel(None).0,
@@ -94,7 +133,7 @@ impl Domain {
         }
         let mut cfg = EndpointConfig::new(BindSpec::Addr(self.bind_ip), self.secret.clone());
         cfg.port = port;
-        cfg.connect_timeout = self.timeouts.connect;
+        cfg.connect_timeout = self.config.timeouts.connect;
         cfg.socket_buffer = None;
         let ep = Endpoint::bind(cfg).await?;
         self.ep = Some(ep.clone());
@@ -111,9 +150,9 @@ impl Domain {
         };
         let mut cfg = CommConfig::new(plan.world, plan.rank, root, epoch);
         cfg.group = format!("{}/{}", self.namespace, self.group);
-        cfg.init_timeout = self.timeouts.init;
-        cfg.op_timeout = self.timeouts.op;
-        cfg.algorithm = Some(hcomm_comm::Algorithm::Auto);
+        cfg.init_timeout = self.config.timeouts.init;
+        cfg.op_timeout = self.config.timeouts.op;
+        cfg.algorithm = Some(self.config.algorithm);
         let next = TcpComm::init_on(ep, cfg).await?;
         self.metrics.comm_created.inc();
         self.metrics.comm_open.inc();
@@ -177,6 +216,13 @@ mod tests {
         }
     }
 
+    fn config(algorithm: hcomm_comm::Algorithm) -> DomainConfig {
+        DomainConfig {
+            timeouts: timeouts(),
+            algorithm,
+        }
+    }
+
     fn free_base() -> u16 {
         // Two consecutive free ports, found by binding.
         loop {
@@ -194,8 +240,9 @@ mod tests {
         let m = Metrics::new();
         let base = free_base();
         let lo: IpAddr = "127.0.0.1".parse().unwrap();
-        let mut a = Domain::new("ns", "g", b"k".to_vec(), lo, timeouts(), m.clone());
-        let mut b = Domain::new("ns", "g", b"k".to_vec(), lo, timeouts(), m.clone());
+        let auto = config(hcomm_comm::Algorithm::Auto);
+        let mut a = Domain::new("ns", "g", b"k".to_vec(), lo, auto, m.clone());
+        let mut b = Domain::new("ns", "g", b"k".to_vec(), lo, auto, m.clone());
         let (p0, p1) = (plan(0, 2, base), plan(1, 2, base));
         let (ra, rb) = tokio::join!(a.join(&p0, 1), b.join(&p1, 1));
         ra.unwrap();
@@ -236,19 +283,87 @@ mod tests {
     async fn a_missing_peer_fails_the_join_within_the_init_timeout() {
         let m = Metrics::new();
         let base = free_base();
-        let mut t = timeouts();
-        t.init = Duration::from_millis(500);
+        let mut c = config(hcomm_comm::Algorithm::Auto);
+        c.timeouts.init = Duration::from_millis(500);
         let mut a = Domain::new(
             "ns",
             "g",
             b"k".to_vec(),
             "127.0.0.1".parse().unwrap(),
-            t,
+            c,
             m.clone(),
         );
         let start = std::time::Instant::now();
         let err = a.join(&plan(0, 2, base), 1).await.unwrap_err();
         assert!(start.elapsed() < Duration::from_secs(5), "{err}");
         assert_eq!(m.comm_created.get(), 0);
+    }
+
+    #[test]
+    fn the_comm_spec_timeouts_and_algorithm_reach_the_domain_config() {
+        let comm = hcomm_crds::CommSpec {
+            connect_timeout_seconds: 7,
+            op_timeout_seconds: 45,
+            algorithm: hcomm_crds::Algorithm::Ring,
+            ..Default::default()
+        };
+        let c = DomainConfig::from_comm(&comm);
+        assert_eq!(
+            c.timeouts,
+            DomainTimeouts {
+                connect: Duration::from_secs(7),
+                init: Duration::from_secs(14),
+                op: Duration::from_secs(45),
+            }
+        );
+        assert_eq!(c.algorithm, hcomm_comm::Algorithm::Ring);
+        for (crd, engine) in [
+            (hcomm_crds::Algorithm::Auto, hcomm_comm::Algorithm::Auto),
+            (hcomm_crds::Algorithm::Ring, hcomm_comm::Algorithm::Ring),
+            (hcomm_crds::Algorithm::Tree, hcomm_comm::Algorithm::Tree),
+        ] {
+            assert_eq!(engine_algorithm(crd), engine);
+        }
+    }
+
+    /// Two members whose specs say `ring` and `tree`: each communicator runs the algorithm
+    /// of its spec, and since the engine signs every collective's tag with the algorithm,
+    /// their all-reduce cannot pair up and times out instead of mixing two schedules.
+    #[tokio::test]
+    async fn the_spec_algorithm_runs_the_domains_collectives() {
+        let m = Metrics::new();
+        let base = free_base();
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let spec = |algorithm| {
+            let comm = hcomm_crds::CommSpec {
+                connect_timeout_seconds: 5,
+                op_timeout_seconds: 1,
+                algorithm,
+                ..Default::default()
+            };
+            DomainConfig::from_comm(&comm)
+        };
+        let ring = spec(hcomm_crds::Algorithm::Ring);
+        let tree = spec(hcomm_crds::Algorithm::Tree);
+        let mut a = Domain::new("ns", "g", b"k".to_vec(), lo, ring, m.clone());
+        let mut b = Domain::new("ns", "g", b"k".to_vec(), lo, tree, m.clone());
+        let (p0, p1) = (plan(0, 2, base), plan(1, 2, base));
+        let (ra, rb) = tokio::join!(a.join(&p0, 1), b.join(&p1, 1));
+        ra.unwrap();
+        rb.unwrap();
+        let ca = a.watch().borrow().clone().unwrap();
+        let cb = b.watch().borrow().clone().unwrap();
+        assert_eq!(ca.algorithm(), hcomm_comm::Algorithm::Ring);
+        assert_eq!(cb.algorithm(), hcomm_comm::Algorithm::Tree);
+        let mut x = 1f32.to_ne_bytes();
+        let mut y = 2f32.to_ne_bytes();
+        let (r1, r2) = tokio::join!(
+            ca.all_reduce(&mut x, DataType::F32, ReduceOp::Sum),
+            cb.all_reduce(&mut y, DataType::F32, ReduceOp::Sum)
+        );
+        assert!(
+            r1.is_err() && r2.is_err(),
+            "ranks with different algorithms must not complete one all-reduce"
+        );
     }
 }

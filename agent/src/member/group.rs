@@ -1,65 +1,100 @@
-//! Reading the member's group and its current rank table from the API server.
+//! Reading the member's group (its spec), its current rank table and its peers' own
+//! conditions from the API server.
+//!
+//! The agent never reads the group's status. `status.members[].phase` and `status.epoch`
+//! are what the operator derived from the agents' own Pod conditions and the rank table,
+//! one reconcile later: deciding from them would be a loop through status — a stale view
+//! of facts the agent can read first-hand, and a coupling that makes the operator's
+//! status format part of the agent's behaviour. So the epoch comes from the rank-table
+//! ConfigMap (named by convention, [`rank_table_name`]), this member's membership from the
+//! table itself, drain from its own Pod's annotation, and which peers are still on their
+//! way from those peers' own Pod conditions ([`still_arriving`]).
 
-use hcomm_crds::{CommSpec, HcommGroup, MemberPhase, ScalingSpec, WeightsSpec};
-use k8s_openapi::api::core::v1::ConfigMap;
+use hcomm_crds::contract::{
+    ANNOTATION_DRAIN_REQUESTED, LABEL_GROUP, POD_VERIFIED, POD_WEIGHTS_SYNCED,
+};
+use hcomm_crds::{CommSpec, HcommGroup, ScalingSpec, WeightsSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
+use kube::api::ListParams;
 
 use super::ranktable::{KEY_EPOCH, KEY_RANK_TABLE, RankTable};
 use crate::error::{Error, Result};
 
-/// What a member task needs of its group.
+/// What a member task needs of its group: its spec.
 #[derive(Debug, Clone, Default)]
 pub struct GroupView {
     pub uid: String,
     pub comm: CommSpec,
     pub weights: Option<WeightsSpec>,
     pub scaling: ScalingSpec,
-    pub epoch: u64,
-    pub rank_table: Option<String>,
     pub devices_per_member: u32,
-    /// Every member in the group's status with its phase.
-    pub members: Vec<(String, MemberPhase)>,
 }
 
-/// The other members still on their way to the domain — not yet verified or still
-/// syncing weights (pure). While any is, a domain of the new epoch cannot form, and a
-/// member's join that timed out waiting for them is not a failure.
-pub fn still_arriving(view: &GroupView, me: &str) -> Vec<String> {
-    view.members
+/// The ConfigMap holding group `group`'s rank table (the operator's naming convention,
+/// `operator::rank_table::config_map_name`; the member Pods mount it).
+pub fn rank_table_name(group: &str) -> String {
+    format!("{group}-rank-table")
+}
+
+/// The other members still on their way to the domain, from their own Pod conditions
+/// (pure): neither refused by verification (`hcomm.io/verified=False`) nor done syncing
+/// weights (`hcomm.io/weights-synced=True`), and not being deleted or drained. While any
+/// is, a domain of the new epoch cannot form, and a member's join that timed out waiting
+/// for them is not a failure.
+pub fn still_arriving(peers: &[Pod], me: &str) -> Vec<String> {
+    let status = |p: &Pod, t: &str| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == t))
+            .map(|c| c.status.clone())
+    };
+    peers
         .iter()
-        .filter(|(name, phase)| {
-            name != me
-                && matches!(
-                    phase,
-                    MemberPhase::Pending | MemberPhase::Verifying | MemberPhase::Syncing
-                )
+        .filter(|p| {
+            let leaving = p.metadata.deletion_timestamp.is_some()
+                || p.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(ANNOTATION_DRAIN_REQUESTED));
+            p.metadata.name.as_deref() != Some(me)
+                && !leaving
+                && status(p, POD_VERIFIED).as_deref() != Some("False")
+                && status(p, POD_WEIGHTS_SYNCED).as_deref() != Some("True")
         })
-        .map(|(name, _)| name.clone())
+        .filter_map(|p| p.metadata.name.clone())
         .collect()
 }
 
-/// Fetches the group.
+/// Fetches the group's spec.
 pub async fn fetch_group(client: &kube::Client, namespace: &str, name: &str) -> Result<GroupView> {
     let api: Api<HcommGroup> = Api::namespaced(client.clone(), namespace);
     let g = api
         .get(name)
         .await
         .map_err(Error::kube(format!("get HcommGroup {namespace}/{name}")))?;
-    let status = g.status.clone().unwrap_or_default();
     Ok(GroupView {
         uid: g.metadata.uid.clone().unwrap_or_default(),
         comm: g.spec.comm.clone(),
         weights: g.spec.weights.clone(),
         scaling: g.spec.scaling.clone(),
-        epoch: u64::try_from(status.epoch).unwrap_or(0),
-        rank_table: status.rank_table,
         devices_per_member: u32::try_from(g.spec.devices_per_member).unwrap_or(1),
-        members: status
-            .members
-            .iter()
-            .map(|m| (m.name.clone(), m.phase))
-            .collect(),
     })
+}
+
+/// Lists the member Pods of group `name` (label `hcomm.io/group`).
+pub async fn fetch_member_pods(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<Pod>> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let lp = ListParams::default().labels(&format!("{LABEL_GROUP}={name}"));
+    let list = api.list(&lp).await.map_err(Error::kube(format!(
+        "list member Pods of {namespace}/{name}"
+    )))?;
+    Ok(list.items)
 }
 
 /// Fetches and parses the rank table ConfigMap; returns the table and its epoch.
@@ -102,23 +137,41 @@ pub fn parse_config_map(cm: &ConfigMap) -> std::result::Result<(RankTable, u64),
 mod tests {
     use super::*;
 
+    fn pod(name: &str, verified: Option<&str>, synced: Option<&str>) -> Pod {
+        let mut conds = Vec::new();
+        for (t, s) in [(POD_VERIFIED, verified), (POD_WEIGHTS_SYNCED, synced)] {
+            if let Some(s) = s {
+                conds.push(serde_json::json!({"type": t, "status": s}));
+            }
+        }
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "status": {"conditions": conds}
+        }))
+        .unwrap()
+    }
+
     #[test]
-    fn members_before_joining_are_still_arriving_but_not_this_one() {
-        let view = GroupView {
-            members: vec![
-                ("me".into(), MemberPhase::Syncing),
-                ("a".into(), MemberPhase::Pending),
-                ("b".into(), MemberPhase::Verifying),
-                ("c".into(), MemberPhase::Syncing),
-                ("d".into(), MemberPhase::Joining),
-                ("e".into(), MemberPhase::Ready),
-                ("f".into(), MemberPhase::Failed),
-                ("g".into(), MemberPhase::Draining),
-            ],
-            ..GroupView::default()
-        };
-        assert_eq!(still_arriving(&view, "me"), ["a", "b", "c"]);
-        assert!(still_arriving(&GroupView::default(), "me").is_empty());
+    fn peers_not_yet_verified_or_still_syncing_are_arriving_but_not_this_one() {
+        let mut draining = pod("g", None, None);
+        draining.metadata.annotations =
+            Some([(ANNOTATION_DRAIN_REQUESTED.to_owned(), "t".to_owned())].into());
+        let peers = vec![
+            pod("me", Some("True"), None),
+            pod("a", None, None),
+            pod("b", Some("True"), None),
+            pod("c", Some("True"), Some("False")),
+            pod("d", Some("True"), Some("True")),
+            pod("f", Some("False"), None),
+            draining,
+        ];
+        assert_eq!(still_arriving(&peers, "me"), ["a", "b", "c"]);
+        assert!(still_arriving(&[], "me").is_empty());
+    }
+
+    #[test]
+    fn the_rank_table_config_map_is_named_after_the_group() {
+        assert_eq!(rank_table_name("llama"), "llama-rank-table");
     }
 
     #[test]

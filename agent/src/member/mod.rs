@@ -1,21 +1,32 @@
 //! The member lifecycle on this node: the Pod watch ([`driver`]) runs a task per member
-//! ([`task`]) that drives the pure state machine ([`state`]) through verification
+//! ([`task`]) that drives the pure state machine ([`state`]) through the member's ports
+//! ([`ports`]; production [`adapters`], in-memory fakes for tests): verification
 //! ([`verify`]), weight sync (the [`weights::WeightsSyncer`] seam, implemented by
-//! [`weights_sync::EngineSyncer`]), joining the domain
-//! ([`domain`], from the rank table: [`ranktable`], [`group`]) and drain, writing Pod
-//! conditions ([`conditions`]) and sync Warning Events ([`sync_warnings`]); a group watch
-//! wakes the members of a group that changed ([`nudge`]).
+//! [`weights_sync::EngineSyncer`]), joining the domain ([`domain`], from the rank table:
+//! [`ranktable`], [`group`]) and drain ([`stages`]), writing Pod conditions
+//! ([`conditions`]) and sync Warning Events ([`sync_warnings`]); a group watch wakes the
+//! members of a group that changed ([`nudge`]). The agent decides from the rank table and
+//! its own observations, never from the group's status (see [`group`]).
 
+pub mod adapters;
 pub mod conditions;
 pub mod domain;
 pub mod driver;
+#[cfg(test)]
+mod fakes;
 pub mod group;
 pub mod nudge;
+pub mod ports;
 pub mod ranktable;
 pub mod spec;
+pub mod stages;
 pub mod state;
 pub mod sync_warnings;
 pub mod task;
+#[cfg(test)]
+mod task_kit;
+#[cfg(test)]
+mod task_tests;
 pub mod verify;
 pub mod weights;
 pub mod weights_sync;

@@ -6,17 +6,19 @@
 //! whose weights were already on the node would spend waiting. So the agent also watches
 //! the groups and nudges their members here; the poll stays as the fallback when the watch
 //! is down.
+//!
+//! This module depends on nothing of the agent's: [`crate::config::Context`] holds a
+//! [`GroupNudges`], and [`watch_groups`] takes the client and that registry rather than the
+//! whole context, so the two modules do not import each other.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use futures::StreamExt;
 use hcomm_crds::HcommGroup;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
-
-use crate::config::Context;
 
 /// (namespace, group).
 type GroupKey = (String, String);
@@ -53,14 +55,13 @@ impl GroupNudges {
 
 /// Watches every `HcommGroup` and nudges the members of each one that changes. Runs until
 /// aborted; watch errors are retried (the members' polls cover the gap).
-pub async fn watch_groups(ctx: Arc<Context>) {
-    let api: Api<HcommGroup> = Api::all(ctx.client.clone());
+pub async fn watch_groups(client: kube::Client, nudges: &GroupNudges) {
+    let api: Api<HcommGroup> = Api::all(client);
     let mut stream = watcher(api, watcher::Config::default().timeout(30)).boxed();
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(watcher::Event::Apply(g)) | Ok(watcher::Event::InitApply(g)) => {
-                ctx.nudges
-                    .nudge(&g.namespace().unwrap_or_default(), &g.name_any());
+                nudges.nudge(&g.namespace().unwrap_or_default(), &g.name_any());
             }
             Ok(_) => {}
             Err(e) => {

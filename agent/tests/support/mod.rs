@@ -74,7 +74,9 @@ pub async fn create_group(
         .create(&PostParams::default(), &g)
         .await
         .context("create group")?;
-    let cm_name = format!("{name}-rank-table-1");
+    // Named as the operator names it (`<group>-rank-table`, rewritten in place per epoch):
+    // the agent reads it by that name, never through the group's status.
+    let cm_name = format!("{name}-rank-table");
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
     let cm: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": cm_name, "namespace": NS},
@@ -123,8 +125,8 @@ pub async fn create_pod(
     Ok(())
 }
 
-/// Scales a group to `members` at `epoch`: a new rank table, the group status, and a Pod
-/// for each member from `first_new` on.
+/// Scales a group to `members` at `epoch`: the rank table rewritten, the group status, and
+/// a Pod for each member from `first_new` on.
 pub async fn scale_group(
     client: &kube::Client,
     name: &str,
@@ -132,15 +134,17 @@ pub async fn scale_group(
     epoch: u64,
     first_new: usize,
 ) -> Result<()> {
-    let cm_name = format!("{name}-rank-table-{epoch}");
+    let cm_name = format!("{name}-rank-table");
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
-    let cm: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": cm_name, "namespace": NS},
-        "data": {"rank_table.json": rank_table(members), "epoch": epoch.to_string()}
-    }))?;
-    cms.create(&PostParams::default(), &cm)
-        .await
-        .context("create rank table")?;
+    cms.patch(
+        &cm_name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({
+            "data": {"rank_table.json": rank_table(members), "epoch": epoch.to_string()}
+        })),
+    )
+    .await
+    .context("rewrite rank table")?;
     let groups: Api<hcomm_crds::HcommGroup> = Api::namespaced(client.clone(), NS);
     groups
         .patch_status(

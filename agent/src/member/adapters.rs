@@ -1,0 +1,316 @@
+//! The production implementations of the member's [`super::ports`]: the API server
+//! ([`KubeCluster`]), verification on this node ([`NicVerifier`]), the TCP engine
+//! ([`EngineDomain`], which also runs the domain's health loop while joined), the local
+//! API hub ([`HubWorker`]) and the system clock ([`SystemClock`]). Each wraps the code
+//! that did this I/O inside the member task before the ports existed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event as KubeEvent, EventType};
+use tokio::sync::watch;
+
+use super::conditions;
+use super::domain::Domain;
+use super::group::{
+    GroupView, fetch_group, fetch_member_pods, fetch_rank_table, rank_table_name, still_arriving,
+};
+use super::ports::{Clock, Cluster, CommDomain, JoinError, JoinSpec, Verifier, Worker};
+use super::ranktable::RankTable;
+use super::spec::MemberSpec;
+use super::state::CondUpdate;
+use super::verify::{Verified, verify};
+use crate::config::Context;
+use crate::error::Result;
+use crate::local_api::{Assignment, Notice};
+
+/// The API server, for one member Pod.
+pub struct KubeCluster {
+    ctx: Arc<Context>,
+    namespace: String,
+    group: String,
+    pod: String,
+    uid: String,
+}
+
+impl KubeCluster {
+    pub fn new(ctx: Arc<Context>, spec: &MemberSpec) -> KubeCluster {
+        KubeCluster {
+            ctx,
+            namespace: spec.namespace.clone(),
+            group: spec.group.clone(),
+            pod: spec.pod.clone(),
+            uid: spec.uid.clone(),
+        }
+    }
+
+    fn pod_ref(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(self.pod.clone()),
+            namespace: Some(self.namespace.clone()),
+            uid: Some(self.uid.clone()),
+            ..Default::default()
+        }
+    }
+
+    async fn write(&self, updates: Vec<CondUpdate>) {
+        let api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
+        for attempt in 0..3 {
+            let pod = match api.get_status(&self.pod).await {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(error = %e, "read pod status");
+                    return;
+                }
+            };
+            let existing = pod.status.and_then(|s| s.conditions).unwrap_or_default();
+            let now = Time(Timestamp::now());
+            let Some(merged) = conditions::merge(&existing, &updates, &now) else {
+                return;
+            };
+            let body = conditions::patch_body(&merged);
+            let params = PatchParams {
+                field_manager: Some(crate::FIELD_MANAGER.into()),
+                ..Default::default()
+            };
+            match api
+                .patch_status(&self.pod, &params, &Patch::Strategic(&body))
+                .await
+            {
+                Ok(_) => {
+                    for c in &updates {
+                        tracing::info!(
+                            condition = c.type_,
+                            status = c.status,
+                            reason = c.reason,
+                            "pod condition"
+                        );
+                    }
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, attempt, "patch pod conditions");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+
+    async fn publish(&self, warning: bool, reason: &str, message: String) {
+        let ev = KubeEvent {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(message.chars().take(1000).collect()),
+            action: "MemberLifecycle".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.ctx.recorder.publish(&ev, &self.pod_ref()).await {
+            tracing::warn!(error = %e, "could not publish an Event");
+        }
+    }
+}
+
+impl Cluster for KubeCluster {
+    fn group(&self) -> BoxFuture<'_, Result<GroupView>> {
+        fetch_group(&self.ctx.client, &self.namespace, &self.group).boxed()
+    }
+
+    fn rank_table(&self) -> BoxFuture<'_, Result<(RankTable, u64)>> {
+        async move {
+            let name = rank_table_name(&self.group);
+            fetch_rank_table(&self.ctx.client, &self.namespace, &name).await
+        }
+        .boxed()
+    }
+
+    fn arriving_peers(&self) -> BoxFuture<'_, Result<Vec<String>>> {
+        async move {
+            let pods = fetch_member_pods(&self.ctx.client, &self.namespace, &self.group).await?;
+            Ok(still_arriving(&pods, &self.pod))
+        }
+        .boxed()
+    }
+
+    fn write_conditions(&self, updates: Vec<CondUpdate>) -> BoxFuture<'_, ()> {
+        self.write(updates).boxed()
+    }
+
+    fn event(&self, warning: bool, reason: &'static str, message: String) -> BoxFuture<'_, ()> {
+        self.publish(warning, reason, message).boxed()
+    }
+}
+
+/// Verification on this node ([`super::verify`]); remembers the peers it found for the
+/// node's link-health probes.
+pub struct NicVerifier(pub Arc<Context>);
+
+impl Verifier for NicVerifier {
+    fn verify<'a>(
+        &'a self,
+        spec: &'a MemberSpec,
+        socket_ifname: Option<&'a str>,
+        connect_timeout: Duration,
+        table: &'a RankTable,
+    ) -> BoxFuture<'a, Verified> {
+        async move {
+            let v = verify(&self.0, spec, socket_ifname, connect_timeout, table).await;
+            if let Some(p) = &v.plan {
+                self.0.add_peers(&p.peers);
+            }
+            v
+        }
+        .boxed()
+    }
+}
+
+/// The member's domain on the TCP engine; the domain's all-reduce health loop runs while
+/// it is joined.
+pub struct EngineDomain {
+    ctx: Arc<Context>,
+    namespace: String,
+    group: String,
+    domain: Option<Domain>,
+    health: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl EngineDomain {
+    pub fn new(ctx: Arc<Context>, spec: &MemberSpec) -> EngineDomain {
+        EngineDomain {
+            ctx,
+            namespace: spec.namespace.clone(),
+            group: spec.group.clone(),
+            domain: None,
+            health: None,
+        }
+    }
+
+    /// The group's secret file (`--group-secret-dir`), else one derived from its UID.
+    async fn secret(&self, group_uid: &str) -> Vec<u8> {
+        if let Some(dir) = &self.ctx.cfg.group_secret_dir {
+            let f = dir.join(format!("{}_{}", self.namespace, self.group));
+            if let Ok(s) = tokio::fs::read(&f).await {
+                return s;
+            }
+        }
+        format!("hcomm-group-uid:{group_uid}").into_bytes()
+    }
+
+    fn start_health(&mut self) {
+        if self.health.is_some() {
+            return;
+        }
+        let Some(d) = &self.domain else { return };
+        let rx = d.watch();
+        let ctx = self.ctx.clone();
+        let group = format!("{}/{}", self.namespace, self.group);
+        self.health = Some(tokio::spawn(crate::health::allreduce_loop(ctx, group, rx)));
+    }
+
+    fn stop_health(&mut self) {
+        if let Some(h) = self.health.take() {
+            h.abort();
+        }
+    }
+}
+
+impl CommDomain for EngineDomain {
+    fn join<'a>(
+        &'a mut self,
+        spec: &'a JoinSpec,
+    ) -> BoxFuture<'a, std::result::Result<(), JoinError>> {
+        async move {
+            if self.domain.is_none() {
+                let secret = self.secret(&spec.group_uid).await;
+                self.domain = Some(Domain::new(
+                    &self.namespace,
+                    &self.group,
+                    secret,
+                    spec.bind_ip,
+                    spec.config,
+                    self.ctx.metrics.clone(),
+                ));
+            }
+            let domain = self.domain.as_mut().expect("created above");
+            domain.join(&spec.plan, spec.epoch).await?;
+            self.start_health();
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn leave(&mut self) {
+        self.stop_health();
+        if let Some(mut d) = self.domain.take() {
+            d.leave();
+        }
+    }
+}
+
+impl Drop for EngineDomain {
+    fn drop(&mut self) {
+        self.stop_health();
+    }
+}
+
+/// The member's slot in the local API hub.
+pub struct HubWorker {
+    ctx: Arc<Context>,
+    key: String,
+}
+
+impl HubWorker {
+    pub fn new(ctx: Arc<Context>, spec: &MemberSpec) -> HubWorker {
+        HubWorker {
+            ctx,
+            key: spec.key(),
+        }
+    }
+}
+
+impl Worker for HubWorker {
+    fn assign(&self, a: Assignment) {
+        self.ctx
+            .hub
+            .slot(&self.key)
+            .assignment
+            .send_replace(Some(a));
+    }
+
+    fn notify(&self, n: Notice) {
+        self.ctx.hub.notify(&self.key, n);
+    }
+
+    fn in_flight(&self) -> watch::Receiver<Option<u64>> {
+        self.ctx.hub.slot(&self.key).inflight.subscribe()
+    }
+
+    fn serving(&self) -> watch::Receiver<bool> {
+        self.ctx.hub.slot(&self.key).serving.subscribe()
+    }
+
+    fn forget(&self) {
+        self.ctx.hub.remove(&self.key);
+    }
+}
+
+/// The system's wall clock.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+}

@@ -1,0 +1,118 @@
+//! The boundaries of one member's task, as traits: the driver ([`super::task`]) reaches
+//! the world only through these, so the whole lifecycle runs in a unit test against the
+//! in-memory fakes (`super::fakes`) with tokio's paused clock.
+//!
+//! - [`Cluster`] — Kubernetes: the group's spec, the rank-table ConfigMap, the member's
+//!   Pod conditions and Events, and the peers' own conditions.
+//! - [`Verifier`] — checking the member against the rank table (data NIC, link probes,
+//!   devices, versions, shm).
+//! - [`super::weights::WeightsSyncer`] — bringing the weights in place (already a seam).
+//! - [`CommDomain`] — joining and leaving the group's domain at an epoch.
+//! - [`Worker`] — the local API: the worker's assignment, notices, in-flight count and
+//!   `serving` report.
+//! - [`Clock`] — the wall clock (the drain deadline counts from a Pod annotation's time);
+//!   timers are tokio's, which tests pause and advance.
+//!
+//! The production implementations are in [`super::adapters`]; they wrap the code that did
+//! this I/O before the ports existed.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::jiff::Timestamp;
+use tokio::sync::watch;
+
+use super::domain::DomainConfig;
+use super::group::GroupView;
+use super::ranktable::{ControlPlan, RankTable};
+use super::spec::MemberSpec;
+use super::state::CondUpdate;
+use super::verify::Verified;
+use crate::error::Result;
+use crate::local_api::{Assignment, Notice};
+
+/// Kubernetes, as one member sees it.
+pub trait Cluster: Send + Sync {
+    /// The group's spec (never its status: see [`super::group`]).
+    fn group(&self) -> BoxFuture<'_, Result<GroupView>>;
+    /// The group's rank table and the epoch it was written for.
+    fn rank_table(&self) -> BoxFuture<'_, Result<(RankTable, u64)>>;
+    /// The other members still on their way to the domain (not yet verified, or verified
+    /// and still syncing weights), from their own Pod conditions.
+    fn arriving_peers(&self) -> BoxFuture<'_, Result<Vec<String>>>;
+    /// Merges the member's conditions into its Pod's status.
+    fn write_conditions(&self, updates: Vec<CondUpdate>) -> BoxFuture<'_, ()>;
+    /// Publishes a Kubernetes Event about the member's Pod.
+    fn event(&self, warning: bool, reason: &'static str, message: String) -> BoxFuture<'_, ()>;
+}
+
+/// Verification of the member against a rank table.
+pub trait Verifier: Send + Sync {
+    fn verify<'a>(
+        &'a self,
+        spec: &'a MemberSpec,
+        socket_ifname: Option<&'a str>,
+        connect_timeout: Duration,
+        table: &'a RankTable,
+    ) -> BoxFuture<'a, Verified>;
+}
+
+/// What a join needs besides the plan.
+#[derive(Debug, Clone)]
+pub struct JoinSpec {
+    pub plan: ControlPlan,
+    pub epoch: u64,
+    /// The verified data address the member's endpoint binds.
+    pub bind_ip: IpAddr,
+    pub config: DomainConfig,
+    /// The group's UID (the domain secret is derived from it when no secret file exists).
+    pub group_uid: String,
+}
+
+/// Why a join did not complete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinError {
+    pub message: String,
+    /// The rendezvous timed out or a peer was unreachable: the domain may still form once
+    /// the missing members arrive. Otherwise the join was refused (e.g. the epoch was
+    /// rejected) and waiting does not help.
+    pub waiting: bool,
+}
+
+impl From<hcomm_comm::CommError> for JoinError {
+    fn from(e: hcomm_comm::CommError) -> JoinError {
+        JoinError {
+            waiting: matches!(e.category(), "timeout" | "unreachable"),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// The member's place in its group's domain.
+pub trait CommDomain: Send + Sync {
+    /// Builds the communicator of `spec.epoch` beside the serving one and switches to it.
+    fn join<'a>(
+        &'a mut self,
+        spec: &'a JoinSpec,
+    ) -> BoxFuture<'a, std::result::Result<(), JoinError>>;
+    /// Destroys the communicator and closes the links.
+    fn leave(&mut self);
+}
+
+/// The member's worker, over the local API.
+pub trait Worker: Send + Sync {
+    fn assign(&self, a: Assignment);
+    fn notify(&self, n: Notice);
+    /// Requests in flight, as the worker last reported (None: never reported).
+    fn in_flight(&self) -> watch::Receiver<Option<u64>>;
+    /// Whether the worker reported that it serves.
+    fn serving(&self) -> watch::Receiver<bool>;
+    /// The member is gone: forget its slot.
+    fn forget(&self);
+}
+
+/// The wall clock.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> Timestamp;
+}

@@ -1,0 +1,353 @@
+//! The member task's stages — what each [`Action`](super::state::Action) does through the
+//! ports, reporting its outcome as the next [`Event`]: verification (bounded by
+//! [`verify_deadline`]), weight sync (finishing a transfer the deleted Pod no longer
+//! needs, but not joining after it), joining the domain (waiting for members still on their
+//! way, following a newer epoch), waiting for the worker, and the drain.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::domain::DomainConfig;
+use super::ports::{JoinError, JoinSpec};
+use super::ranktable::ControlPlan;
+use super::state::{Event, WorkerNotice, reasons};
+use super::task::{Run, pod_gone};
+use super::weights::WeightsRequest;
+use crate::local_api::{Assignment, Notice};
+
+/// How long a join keeps waiting for members still verifying or syncing weights (see
+/// [`Run::join_when_all_arrive`]); a sync of a large model over a slow link takes minutes.
+const ARRIVAL_WAIT: Duration = Duration::from_secs(30 * 60);
+
+/// Verification bounds its own probes by the connect timeout; this is the backstop for a
+/// verification stuck elsewhere (an API read, the inventory lock): twice that, plus a
+/// margin. Past it the member reports `hcomm.io/verified=False` with
+/// [`reasons::VERIFY_TIMED_OUT`].
+pub fn verify_deadline(connect_timeout: Duration) -> Duration {
+    connect_timeout * 2 + Duration::from_secs(5)
+}
+
+/// Why [`Run::join_when_all_arrive`] gave up.
+enum JoinStop {
+    /// The domain could not be built.
+    Failed(JoinError),
+    /// The group planned a newer epoch (with this member in it) while this one waited.
+    EpochMoved(u64),
+}
+
+impl Run {
+    pub(super) async fn verify(&mut self) -> Event {
+        let Some((table, _)) = self.table.clone() else {
+            return Event::Verified {
+                ok: false,
+                reason: "NoRankTable",
+                message: "no rank table yet".into(),
+            };
+        };
+        let ifname = self
+            .group
+            .comm
+            .socket_ifname
+            .clone()
+            .or_else(|| self.spec.socket_ifname.clone())
+            .or_else(|| self.cfg.socket_ifname.clone());
+        let timeout = DomainConfig::from_comm(&self.group.comm).timeouts.connect;
+        let deadline = verify_deadline(timeout);
+        let checked = self
+            .ports
+            .verifier
+            .verify(&self.spec, ifname.as_deref(), timeout, &table);
+        let Ok(v) = tokio::time::timeout(deadline, checked).await else {
+            self.metrics
+                .verifications
+                .with_label_values(&[reasons::VERIFY_TIMED_OUT])
+                .inc();
+            return Event::Verified {
+                ok: false,
+                reason: reasons::VERIFY_TIMED_OUT,
+                message: format!("verification did not finish within {deadline:?}"),
+            };
+        };
+        self.metrics
+            .verifications
+            .with_label_values(&[v.verdict.reason])
+            .inc();
+        tracing::info!(ok = v.verdict.ok, reason = v.verdict.reason, message = %v.verdict.message, "verification");
+        self.chosen = v.chosen;
+        self.plan = v.plan;
+        if v.verdict.ok {
+            self.publish_assignment();
+        }
+        Event::Verified {
+            ok: v.verdict.ok,
+            reason: v.verdict.reason,
+            message: v.verdict.message,
+        }
+    }
+
+    pub(super) fn publish_assignment(&self) {
+        let Some(plan) = &self.plan else { return };
+        let world = self.table.as_ref().map_or(0, |(t, _)| t.world()) as u32;
+        let local = plan.devices_in_rank_order.len().max(1) as u32;
+        self.ports.worker.assign(Assignment {
+            group: self.spec.group.clone(),
+            rank: self.spec.first_rank.unwrap_or((plan.rank as u32) * local),
+            world,
+            local_ranks: local,
+            rank_table_path: self.spec.rank_table_file.clone(),
+            interface: self.chosen.as_ref().map(|c| c.name.clone()),
+            devices: plan.devices_in_rank_order.clone(),
+            weights_path: self.weights_path.clone(),
+            epoch: self.planned_epoch(),
+        });
+    }
+
+    /// Syncs the weights. A Pod deleted meanwhile ends the member ([`Event::PodGone`]),
+    /// but only once the transfer finished: the set lands in the node's store either way
+    /// (a replacement on this node reuses it), and no transfer is left half-written.
+    pub(super) async fn sync_weights(&mut self) -> Event {
+        let epoch = self.planned_epoch();
+        let Some(chosen) = self.chosen.clone() else {
+            return Event::WeightsFailed {
+                reason: super::weights::reasons::SYNC_FAILED,
+                message: "no verified data interface".into(),
+            };
+        };
+        let req = WeightsRequest {
+            namespace: self.spec.namespace.clone(),
+            group: self.spec.group.clone(),
+            pod: self.spec.pod.clone(),
+            node: self.cfg.node_name.clone(),
+            spec: self.group.weights.clone(),
+            interface: chosen.name,
+            local_ip: chosen.ip,
+            peers: self
+                .plan
+                .as_ref()
+                .map(|p| p.peers.clone())
+                .unwrap_or_default(),
+            epoch,
+        };
+        let weights = self.ports.weights.clone();
+        let sync = weights.sync(&req);
+        tokio::pin!(sync);
+        let result = tokio::select! {
+            r = &mut sync => r,
+            () = pod_gone(self.spec_rx.clone()) => {
+                tracing::info!("pod deleted during the weight sync; finishing the transfer, then stopping");
+                let _ = sync.await;
+                return Event::PodGone;
+            }
+        };
+        let warnings = match &result {
+            Ok(o) => o.warnings.clone(),
+            Err(f) => f.warnings.clone(),
+        };
+        for (reason, message) in warnings {
+            self.ports.cluster.event(true, reason, message).await;
+        }
+        match result {
+            Ok(o) => {
+                self.metrics.sync_bytes.inc_by(o.bytes);
+                if o.seconds > 0.0 {
+                    self.metrics.sync_throughput.set(o.bytes as f64 / o.seconds);
+                }
+                self.weights_path = o.path.map(|p| p.display().to_string());
+                self.publish_assignment();
+                Event::WeightsSynced {
+                    epoch,
+                    message: o.message,
+                }
+            }
+            Err(f) => Event::WeightsFailed {
+                reason: f.reason,
+                message: f.message,
+            },
+        }
+    }
+
+    pub(super) async fn join(&mut self, epoch: u64) -> Event {
+        // The table read before a long sync may be old: join the epoch planned now.
+        if let Err(e) = self.refresh().await {
+            tracing::debug!(error = %e, "refresh failed; joining with the last rank table");
+        }
+        let epoch = epoch.max(self.planned_epoch());
+        tracing::Span::current().record("epoch", epoch);
+        let Some((table, _)) = self.table.clone() else {
+            return Event::JoinFailed {
+                epoch,
+                message: "no rank table".into(),
+            };
+        };
+        let (Some(chosen), Some(devs)) = (self.chosen.clone(), self.spec.devices.clone()) else {
+            return Event::JoinFailed {
+                epoch,
+                message: "not verified".into(),
+            };
+        };
+        let plan = match super::ranktable::plan(
+            &table,
+            &self.cfg.node_name,
+            Some(&chosen.ip.to_string()),
+            &devs,
+            self.cfg.comm_port_base,
+        ) {
+            Ok(p) => p,
+            Err(e) => return Event::JoinFailed { epoch, message: e },
+        };
+        let spec = JoinSpec {
+            plan,
+            epoch,
+            bind_ip: chosen.ip,
+            config: DomainConfig::from_comm(&self.group.comm),
+            group_uid: self.group.uid.clone(),
+        };
+        match self.join_when_all_arrive(&spec).await {
+            Ok(()) => {
+                let plan: &ControlPlan = &spec.plan;
+                tracing::info!(
+                    epoch,
+                    rank = plan.rank,
+                    world = plan.world,
+                    "joined the domain"
+                );
+                self.plan = Some(spec.plan);
+                self.publish_assignment();
+                if let Err(message) = self.await_worker().await {
+                    return Event::JoinFailed { epoch, message };
+                }
+                Event::Joined { epoch }
+            }
+            Err(JoinStop::EpochMoved(next)) => {
+                tracing::info!(
+                    epoch,
+                    next,
+                    "the group moved on before the domain formed; joining its new epoch"
+                );
+                Event::EpochPlanned { epoch: next }
+            }
+            Err(JoinStop::Failed(e)) => Event::JoinFailed {
+                epoch,
+                message: e.message,
+            },
+        }
+    }
+
+    /// Builds the domain of `spec.epoch`. A domain forms only once every member of the new
+    /// set is in it, and members still verifying or syncing weights may take longer than
+    /// one init deadline (2 × `connectTimeoutSeconds`): a Rebuild's member whose weights
+    /// are local would otherwise fail its join and, with it, the whole new set. An init
+    /// that timed out while peers' own conditions show them still on their way is
+    /// therefore begun again (bounded by [`ARRIVAL_WAIT`]); one that failed otherwise, or
+    /// after the others arrived, fails. If the rank table moved to a newer epoch meanwhile
+    /// (a member of this one was replaced) with this member in it, the member joins that
+    /// one instead of failing. A drain or deletion of this member ends the wait.
+    async fn join_when_all_arrive(&mut self, spec: &JoinSpec) -> Result<(), JoinStop> {
+        let epoch = spec.epoch;
+        let started = Instant::now();
+        loop {
+            let err = match self.ports.domain.join(spec).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if self.leaving() {
+                return Err(JoinStop::Failed(err));
+            }
+            if let Err(e) = self.refresh().await {
+                tracing::debug!(error = %e, "refresh failed; keeping the last rank table");
+            }
+            // A member of this epoch was replaced meanwhile: this epoch can never form.
+            if self.planned_epoch() > epoch && self.in_table() {
+                return Err(JoinStop::EpochMoved(self.planned_epoch()));
+            }
+            if !err.waiting || started.elapsed() > ARRIVAL_WAIT || self.planned_epoch() != epoch {
+                return Err(JoinStop::Failed(err));
+            }
+            let arriving = match self.ports.cluster.arriving_peers().await {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::debug!(error = %e, "could not read the peers' conditions");
+                    Vec::new()
+                }
+            };
+            if arriving.is_empty() {
+                return Err(JoinStop::Failed(err));
+            }
+            tracing::info!(
+                epoch,
+                ?arriving,
+                "the domain is waiting for members still verifying or syncing; initialising again"
+            );
+        }
+    }
+
+    /// Whether this member's Pod is being drained or deleted (or is gone).
+    fn leaving(&self) -> bool {
+        self.spec_rx
+            .borrow()
+            .as_ref()
+            .is_none_or(|s| s.deleting || s.drain_requested.is_some())
+    }
+
+    /// With `hcomm.io/worker-readiness: local-api`, waits until the worker reports that it
+    /// serves, so the readiness gate — and with it the first request — never comes before
+    /// the worker has its weights loaded (a readiness probe's job under a kubelet). Bounded
+    /// by `--worker-ready-timeout-secs`.
+    async fn await_worker(&self) -> Result<(), String> {
+        if !self.spec.await_worker {
+            return Ok(());
+        }
+        let mut serving = self.ports.worker.serving();
+        let limit = self.cfg.worker_ready_timeout;
+        match tokio::time::timeout(limit, serving.wait_for(|s| *s)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err("the member's local API slot went away".into()),
+            Err(_) => Err(format!(
+                "the worker did not report `serving` over the local API within {limit:?} \
+                 (Pod annotation hcomm.io/worker-readiness: local-api)"
+            )),
+        }
+    }
+
+    /// Waits until the worker reports zero in flight or the drain deadline (counted from
+    /// the drain request's time) passes. A worker that never reported counts as zero.
+    pub(super) async fn await_drain(&mut self) -> Event {
+        let timeout = Duration::from_secs(
+            u64::try_from(self.group.scaling.drain_timeout_seconds).unwrap_or(300),
+        );
+        let requested = self
+            .spec
+            .drain_requested
+            .as_deref()
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+        let now = self.ports.clock.now();
+        let elapsed = requested
+            .map(|t| now.duration_since(t))
+            .and_then(|d| Duration::try_from(d).ok())
+            .unwrap_or_default();
+        let remaining = timeout.saturating_sub(elapsed);
+        let mut rx = self.ports.worker.in_flight();
+        let drained = tokio::time::timeout(remaining, rx.wait_for(|n| n.unwrap_or(0) == 0)).await;
+        let timed_out = !matches!(drained, Ok(Ok(_)));
+        self.metrics
+            .drains
+            .with_label_values(&[if timed_out { "timed_out" } else { "drained" }])
+            .inc();
+        tracing::info!(timed_out, "drain finished");
+        Event::DrainFinished { timed_out }
+    }
+
+    pub(super) fn notify(&self, n: WorkerNotice) {
+        let notice = match n {
+            WorkerNotice::WeightsReady => Notice::WeightsReady {
+                path: self.weights_path.clone(),
+            },
+            WorkerNotice::DrainRequested => Notice::DrainRequested {
+                deadline: self.spec.drain_requested.clone(),
+            },
+            WorkerNotice::EpochChanged { epoch } => Notice::EpochChanged { epoch },
+        };
+        self.ports.worker.notify(notice);
+    }
+}

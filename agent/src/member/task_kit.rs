@@ -1,0 +1,143 @@
+//! The test kit of the member task: one member on the in-memory fakes of its ports
+//! ([`super::fakes`]), with the handles a test scripts and inspects, and the Pod's watch.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hcomm_crds::contract::POD_MEMBER_READY;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::fakes::{FakeCluster, FakeDomain, FakeVerifier, FakeWeights, FakeWorker, PausedClock};
+use super::ports::{Clock, JoinError};
+use super::ranktable::RankTable;
+use super::spec::MemberSpec;
+use super::state::{Phase, reasons};
+use super::task::{Ports, drive};
+use crate::config::AgentConfig;
+use crate::metrics::Metrics;
+
+pub const NODE: &str = "node-a";
+
+/// A table of two members: this one (node-a, device 0) and a peer (node-b, device 0).
+pub fn table() -> RankTable {
+    RankTable::parse(
+        r#"{"server_list":[
+        {"server_id":"node-a","host_ip":"127.0.0.1","device":[{"device_id":"0","rank_id":"0"}]},
+        {"server_id":"node-b","host_ip":"127.0.0.2","device":[{"device_id":"0","rank_id":"1"}]}]}"#,
+    )
+    .expect("valid table")
+}
+
+pub fn member() -> MemberSpec {
+    MemberSpec {
+        namespace: "ns".into(),
+        pod: "m-0".into(),
+        uid: "u-0".into(),
+        node: NODE.into(),
+        group: "g".into(),
+        first_rank: Some(0),
+        devices: Some(vec![0]),
+        epoch: Some(1),
+        ..MemberSpec::default()
+    }
+}
+
+/// One member on fakes; the test keeps the handles and the Pod's watch.
+pub struct Kit {
+    pub cluster: FakeCluster,
+    pub verifier: FakeVerifier,
+    pub weights: FakeWeights,
+    pub domain: FakeDomain,
+    pub worker: FakeWorker,
+    pub clock: PausedClock,
+    pub pod: watch::Sender<Option<MemberSpec>>,
+    pub nudge: watch::Sender<()>,
+}
+
+impl Kit {
+    pub fn new() -> Kit {
+        let cluster = FakeCluster::default();
+        cluster.with(|s| s.table = Some((table(), 1)));
+        Kit {
+            cluster,
+            verifier: FakeVerifier {
+                node: NODE.into(),
+                ip: "127.0.0.1".parse::<IpAddr>().unwrap(),
+                script: Default::default(),
+            },
+            weights: FakeWeights::default(),
+            domain: FakeDomain::default(),
+            worker: FakeWorker::default(),
+            clock: PausedClock::starting_now(),
+            pod: watch::Sender::new(Some(member())),
+            nudge: watch::Sender::new(()),
+        }
+    }
+
+    pub fn start(&self) -> JoinHandle<Phase> {
+        let ports = Ports {
+            cluster: Box::new(self.cluster.clone()),
+            verifier: Box::new(self.verifier.clone()),
+            weights: Arc::new(self.weights.clone()),
+            domain: Box::new(self.domain.clone()),
+            worker: Box::new(self.worker.clone()),
+            clock: Box::new(self.clock.clone()),
+        };
+        let cfg = AgentConfig::new(NODE);
+        tokio::spawn(drive(
+            cfg,
+            Metrics::new(),
+            ports,
+            self.pod.subscribe(),
+            self.nudge.subscribe(),
+        ))
+    }
+
+    /// Waits (in paused time, at most thirty virtual minutes) until `cond` holds.
+    pub async fn until(&self, what: &str, cond: impl Fn(&Kit) -> bool) {
+        for _ in 0..18_000 {
+            if cond(self) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!(
+            "timed out waiting for {what}; conditions written: {:?}",
+            self.cluster.writes()
+        );
+    }
+
+    pub async fn until_ready(&self) {
+        self.until("the gate to open", |k| {
+            k.cluster.condition(POD_MEMBER_READY) == Some((true, reasons::READY))
+        })
+        .await;
+    }
+
+    pub fn request_drain(&self) {
+        let at = self.clock.now().to_string();
+        self.pod.send_modify(|p| {
+            if let Some(p) = p {
+                p.drain_requested = Some(at);
+            }
+        });
+    }
+
+    pub fn delete_pod(&self) {
+        self.pod.send_replace(None);
+    }
+
+    pub fn set_table_epoch(&self, epoch: u64) {
+        self.cluster.with(|s| s.table = Some((table(), epoch)));
+        self.nudge.send_replace(());
+    }
+}
+
+pub fn waiting(message: &str) -> JoinError {
+    JoinError {
+        message: message.into(),
+        waiting: true,
+    }
+}

@@ -1,0 +1,370 @@
+//! The member task against the in-memory fakes of its ports, tokio's clock paused: every
+//! lifecycle edge and failure, each in milliseconds of real time. One test per behaviour.
+
+use std::time::Duration;
+
+use hcomm_crds::contract::{
+    POD_DRAINED, POD_JOINED, POD_MEMBER_READY, POD_VERIFIED, POD_WEIGHTS_SYNCED,
+};
+
+use super::fakes::{VerifyScript, synced};
+use super::ports::JoinError;
+use super::state::{Phase, reasons};
+use super::task_kit::{Kit, table, waiting};
+use super::weights::{SyncFailure, reasons as sync_reasons};
+use crate::local_api::Notice;
+
+#[tokio::test(start_paused = true)]
+async fn a_member_is_verified_synced_joined_then_opens_the_gate_in_that_order() {
+    let kit = Kit::new();
+    let task = kit.start();
+    kit.until_ready().await;
+    assert_eq!(
+        kit.cluster.writes(),
+        [
+            (POD_VERIFIED, true, "Verified"),
+            (POD_WEIGHTS_SYNCED, true, reasons::WEIGHTS_SYNCED),
+            (POD_JOINED, true, reasons::JOINED),
+            (POD_MEMBER_READY, true, reasons::READY),
+        ]
+    );
+    assert_eq!(kit.domain.with(|d| d.serving), Some(1));
+    let notices = kit.worker.notices.lock().unwrap().clone();
+    assert!(matches!(notices[..], [Notice::WeightsReady { .. }]));
+    let last = kit
+        .worker
+        .assignments
+        .lock()
+        .unwrap()
+        .last()
+        .cloned()
+        .unwrap();
+    assert_eq!((last.rank, last.world, last.epoch), (0, 2, 1));
+    assert_eq!(last.weights_path.as_deref(), Some("/w/current"));
+    kit.delete_pod();
+    assert_eq!(task.await.unwrap(), Phase::Gone);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_waits_for_the_rank_table_of_its_epoch_before_verifying() {
+    let kit = Kit::new();
+    kit.cluster.with(|s| s.table = None);
+    let _task = kit.start();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(kit.cluster.writes().is_empty(), "no table: nothing decided");
+    kit.cluster.with(|s| s.table = Some((table(), 0)));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(kit.cluster.writes().is_empty(), "a table behind the member");
+    kit.cluster.with(|s| s.table = Some((table(), 1)));
+    kit.until_ready().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_verification_writes_verified_false_and_is_retried_after_the_backoff() {
+    let kit = Kit::new();
+    kit.verifier
+        .script
+        .lock()
+        .unwrap()
+        .push_back(VerifyScript::Fail("NicUnreachable"));
+    let _task = kit.start();
+    kit.until("verified=False", |k| {
+        k.cluster.condition(POD_VERIFIED) == Some((false, "NicUnreachable"))
+    })
+    .await;
+    assert_eq!(
+        kit.cluster.condition(POD_MEMBER_READY),
+        Some((false, reasons::NOT_READY))
+    );
+    assert!(kit.cluster.event_reasons().contains(&"VerificationFailed"));
+    assert_eq!(*kit.weights.finished.lock().unwrap(), 0, "never syncs");
+    kit.until_ready().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_verification_that_never_answers_times_out_as_verified_false() {
+    let kit = Kit::new();
+    kit.verifier
+        .script
+        .lock()
+        .unwrap()
+        .push_back(VerifyScript::Hang);
+    let started = tokio::time::Instant::now();
+    let _task = kit.start();
+    kit.until("the verification deadline", |k| {
+        k.cluster.condition(POD_VERIFIED) == Some((false, reasons::VERIFY_TIMED_OUT))
+    })
+    .await;
+    // The group's default connect timeout is 30 s: the backstop is 2 × 30 s + 5 s.
+    assert!(started.elapsed() >= Duration::from_secs(65));
+    assert!(started.elapsed() < Duration::from_secs(70));
+    kit.until_ready().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_weight_source_fails_the_sync_with_warnings_and_the_retry_syncs() {
+    let kit = Kit::new();
+    let mut lost = SyncFailure::new(sync_reasons::PEER_FETCH_FAILED, "127.0.0.2:7512 went away");
+    lost.warnings
+        .push((sync_reasons::SOURCE_LOST, "127.0.0.2:7512: reset".into()));
+    kit.weights
+        .script
+        .lock()
+        .unwrap()
+        .push_back((Duration::from_secs(3), Err(lost)));
+    let _task = kit.start();
+    kit.until("weights-synced=False", |k| {
+        k.cluster.condition(POD_WEIGHTS_SYNCED) == Some((false, sync_reasons::PEER_FETCH_FAILED))
+    })
+    .await;
+    let events = kit.cluster.event_reasons();
+    assert!(events.contains(&sync_reasons::SOURCE_LOST), "{events:?}");
+    assert!(
+        events.contains(&sync_reasons::PEER_FETCH_FAILED),
+        "{events:?}"
+    );
+    assert!(kit.domain.with(|d| d.attempts.is_empty()), "never joins");
+    kit.until_ready().await;
+    assert_eq!(*kit.weights.finished.lock().unwrap(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_deleted_mid_sync_lets_the_transfer_finish_but_never_joins() {
+    let kit = Kit::new();
+    kit.weights
+        .script
+        .lock()
+        .unwrap()
+        .push_back((Duration::from_secs(60), Ok(synced())));
+    let task = kit.start();
+    kit.until("verified", |k| k.cluster.condition(POD_VERIFIED).is_some())
+        .await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    kit.delete_pod();
+    assert_eq!(task.await.unwrap(), Phase::Gone);
+    assert_eq!(
+        *kit.weights.finished.lock().unwrap(),
+        1,
+        "transfer finished"
+    );
+    assert_eq!(kit.cluster.condition(POD_WEIGHTS_SYNCED), None);
+    assert!(kit.domain.with(|d| d.attempts.is_empty()), "never joins");
+    assert!(*kit.worker.forgotten.lock().unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rejected_epoch_fails_the_join_and_the_retry_joins() {
+    let kit = Kit::new();
+    let rejected = JoinError {
+        message: "epoch 1 rejected by the root".into(),
+        waiting: false,
+    };
+    kit.domain
+        .with(|d| d.script.push_back((Duration::ZERO, Err(rejected))));
+    let _task = kit.start();
+    kit.until("joined=False", |k| {
+        k.cluster.condition(POD_JOINED) == Some((false, reasons::JOIN_FAILED))
+    })
+    .await;
+    assert_eq!(
+        kit.cluster.condition(POD_MEMBER_READY),
+        None,
+        "gate untouched"
+    );
+    kit.until_ready().await;
+    assert_eq!(kit.domain.with(|d| d.attempts.clone()), [1, 1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rank_table_for_a_newer_epoch_mid_join_makes_the_member_join_that_epoch() {
+    let kit = Kit::new();
+    kit.domain.with(|d| {
+        d.script
+            .push_back((Duration::from_secs(60), Err(waiting("init timed out"))))
+    });
+    let _task = kit.start();
+    kit.until("the join of epoch 1", |k| {
+        k.domain.with(|d| d.attempts == [1])
+    })
+    .await;
+    kit.set_table_epoch(2);
+    kit.until_ready().await;
+    assert_eq!(
+        kit.domain.with(|d| (d.attempts.clone(), d.serving)),
+        (vec![1, 2], Some(2))
+    );
+    let joined = kit.cluster.with(|s| {
+        s.conditions
+            .iter()
+            .rfind(|c| c.type_ == POD_JOINED)
+            .map(|c| c.message.clone())
+    });
+    assert_eq!(joined.as_deref(), Some("joined the domain at epoch 2"));
+    assert!(
+        !kit.cluster
+            .writes()
+            .contains(&(POD_JOINED, false, reasons::JOIN_FAILED))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_join_that_times_out_while_peers_are_still_arriving_initialises_again() {
+    let kit = Kit::new();
+    kit.cluster.with(|s| s.arriving = vec!["m-1".into()]);
+    kit.domain.with(|d| {
+        d.script
+            .push_back((Duration::from_secs(60), Err(waiting("init timed out"))))
+    });
+    let _task = kit.start();
+    kit.until("the first join attempt", |k| {
+        k.domain.with(|d| !d.attempts.is_empty())
+    })
+    .await;
+    kit.until_ready().await;
+    assert_eq!(kit.domain.with(|d| d.attempts.clone()), [1, 1]);
+    assert!(
+        !kit.cluster
+            .writes()
+            .contains(&(POD_JOINED, false, reasons::JOIN_FAILED))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_join_that_times_out_with_no_peer_arriving_fails() {
+    let kit = Kit::new();
+    kit.domain.with(|d| {
+        d.script
+            .push_back((Duration::from_secs(60), Err(waiting("init timed out"))))
+    });
+    let _task = kit.start();
+    kit.until("joined=False", |k| {
+        k.cluster.condition(POD_JOINED) == Some((false, reasons::JOIN_FAILED))
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_epoch_while_ready_rejoins_beside_the_old_one_and_tells_the_worker() {
+    let kit = Kit::new();
+    let _task = kit.start();
+    kit.until_ready().await;
+    kit.set_table_epoch(2);
+    kit.until("serving epoch 2", |k| {
+        k.domain.with(|d| d.serving == Some(2))
+    })
+    .await;
+    let notices = kit.worker.notices.lock().unwrap().clone();
+    assert!(
+        notices.contains(&Notice::EpochChanged { epoch: 2 }),
+        "{notices:?}"
+    );
+    assert_eq!(
+        kit.cluster.condition(POD_MEMBER_READY),
+        Some((true, reasons::READY)),
+        "the gate stays open"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_closes_the_gate_waits_for_in_flight_requests_then_leaves_drained() {
+    let kit = Kit::new();
+    let task = kit.start();
+    kit.until_ready().await;
+    kit.worker.in_flight.send_replace(Some(3));
+    kit.request_drain();
+    kit.until("the gate to close", |k| {
+        k.cluster.condition(POD_MEMBER_READY) == Some((false, reasons::DRAINING))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(kit.cluster.condition(POD_DRAINED), None, "still in flight");
+    assert_eq!(kit.domain.with(|d| d.leaves), 0);
+    kit.worker.in_flight.send_replace(Some(0));
+    kit.until("drained", |k| {
+        k.cluster.condition(POD_DRAINED) == Some((true, reasons::DRAINED))
+    })
+    .await;
+    assert_eq!(
+        kit.cluster.condition(POD_JOINED),
+        Some((false, reasons::LEFT))
+    );
+    assert!(kit.domain.with(|d| d.leaves >= 1 && d.serving.is_none()));
+    kit.delete_pod();
+    assert_eq!(task.await.unwrap(), Phase::Drained);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_past_its_deadline_is_recorded_as_drain_timed_out_and_still_leaves() {
+    let kit = Kit::new();
+    kit.cluster
+        .with(|s| s.group.scaling.drain_timeout_seconds = 20);
+    let _task = kit.start();
+    kit.until_ready().await;
+    kit.worker.in_flight.send_replace(Some(3));
+    let asked = tokio::time::Instant::now();
+    kit.request_drain();
+    kit.until("drain timed out", |k| {
+        k.cluster.condition(POD_DRAINED) == Some((true, reasons::DRAIN_TIMED_OUT))
+    })
+    .await;
+    assert!(asked.elapsed() >= Duration::from_secs(20));
+    assert!(
+        kit.cluster
+            .event_reasons()
+            .contains(&reasons::DRAIN_TIMED_OUT)
+    );
+    assert_eq!(
+        kit.cluster.condition(POD_JOINED),
+        Some((false, reasons::LEFT))
+    );
+    assert!(kit.domain.with(|d| d.leaves >= 1 && d.serving.is_none()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_before_the_member_served_leaves_without_waiting() {
+    let kit = Kit::new();
+    kit.verifier
+        .script
+        .lock()
+        .unwrap()
+        .push_back(VerifyScript::Fail("NicUnreachable"));
+    let _task = kit.start();
+    kit.until("verified=False", |k| {
+        k.cluster.condition(POD_VERIFIED).is_some()
+    })
+    .await;
+    kit.worker.in_flight.send_replace(Some(3));
+    kit.request_drain();
+    kit.until("drained", |k| {
+        k.cluster.condition(POD_DRAINED) == Some((true, reasons::DRAINED))
+    })
+    .await;
+    let notices = kit.worker.notices.lock().unwrap().clone();
+    assert!(matches!(notices[..], [Notice::DrainRequested { .. }]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_pod_ends_a_serving_member_and_leaves_the_domain() {
+    let kit = Kit::new();
+    let task = kit.start();
+    kit.until_ready().await;
+    kit.delete_pod();
+    assert_eq!(task.await.unwrap(), Phase::Gone);
+    assert!(kit.domain.with(|d| d.leaves >= 1 && d.serving.is_none()));
+    assert!(*kit.worker.forgotten.lock().unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_that_never_reports_serving_fails_the_join_instead_of_opening_the_gate() {
+    let kit = Kit::new();
+    kit.pod
+        .send_modify(|p| p.as_mut().unwrap().await_worker = true);
+    let _task = kit.start();
+    kit.until("joined=False", |k| {
+        k.cluster.condition(POD_JOINED) == Some((false, reasons::JOIN_FAILED))
+    })
+    .await;
+    assert_eq!(kit.cluster.condition(POD_MEMBER_READY), None);
+    kit.worker.serving.send_replace(true);
+    kit.until_ready().await;
+}
