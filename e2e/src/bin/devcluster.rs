@@ -20,7 +20,7 @@ commands:
   up       start a local control plane in the background and install the hcomm CRDs
   status   show each component with its pid and health
   down     stop every component (and check none is left)
-  build    build or find the binaries (etcd, kube-apiserver, ..., helm) and print their paths
+  build    build or find the binaries (etcd, kube-apiserver, ..., helm, promtool) and print their paths
   kubectl  run the pinned kubectl against the devcluster, e.g. `cargo devcluster kubectl get hcg`
 
 options:
@@ -249,6 +249,9 @@ async fn build(args: &Args) -> anyhow::Result<()> {
     // too so CI's build step leaves nothing for the tests to build.
     let helm = tokio::task::spawn_blocking(assets::helm).await??;
     println!("  {:<24} {}", "helm", helm.display());
+    // So is promtool, which the metrics tests run.
+    let promtool = tokio::task::spawn_blocking(assets::promtool).await??;
+    println!("  {:<24} {}", "promtool", promtool.display());
     Ok(())
 }
 
