@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use hcomm_e2e::controlplane::ControlPlane;
 use hcomm_e2e::hosts::{HostProcess, SimHost, SimHosts};
-use hcomm_e2e::testbed::{ChartCluster, ChartClusterOptions};
+use hcomm_e2e::testbed::{ChartCluster, ChartClusterOptions, wait_nodes_published};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -248,23 +248,7 @@ impl Cluster {
 
     /// Waits until every host's agent published its `HcommNode` with its data address.
     pub async fn wait_nodes(&self, hosts: &[&SimHost], within: Duration) -> Result<()> {
-        let nodes: Api<hcomm_crds::HcommNode> = Api::all(self.client.clone());
-        let deadline = Instant::now() + within;
-        for h in hosts {
-            loop {
-                if let Ok(Some(n)) = nodes.get_opt(h.name()).await
-                    && n.status.as_ref().and_then(|s| s.data_address.clone())
-                        == Some(h.data_ip().to_string())
-                {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    bail!("HcommNode {} not published with its data address", h.name());
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-        Ok(())
+        Ok(wait_nodes_published(self.client.clone(), hosts, within, "").await?)
     }
 }
 

@@ -6,11 +6,15 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use hcomm_crds::HcommNode;
+use kube::Api;
 
 use super::{Error, Result};
 use crate::chart;
 use crate::controlplane::{ControlPlane, ControlPlaneOptions};
-use crate::hosts::SimHosts;
+use crate::hosts::{SimHost, SimHosts};
 
 /// What differs between the tests' clusters.
 #[derive(Debug, Clone, Default)]
@@ -69,6 +73,44 @@ impl ChartCluster {
             operator_kubeconfig,
         })
     }
+}
+
+/// Waits until the agent of each of `hosts` has published its `HcommNode` with the host's
+/// data address (the agent's first act after start). `log_hint` says where to look
+/// when one does not (an agent log folder, or empty).
+pub async fn wait_nodes_published(
+    client: kube::Client,
+    hosts: &[&SimHost],
+    within: Duration,
+    log_hint: &str,
+) -> Result<()> {
+    let nodes: Api<HcommNode> = Api::all(client);
+    let deadline = Instant::now() + within;
+    for h in hosts {
+        loop {
+            let published = nodes
+                .get_opt(h.name())
+                .await
+                .ok()
+                .flatten()
+                .and_then(|n| n.status?.data_address);
+            if published == Some(h.data_ip().to_string()) {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Timeout {
+                    what: format!(
+                        "HcommNode {} with data address {} (now {published:?}){log_hint}",
+                        h.name(),
+                        h.data_ip()
+                    ),
+                    after: within,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Ok(())
 }
 
 /// Writes a fresh random secret shared by the agents (as the chart's generated Secret

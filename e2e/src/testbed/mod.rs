@@ -27,12 +27,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use hcomm_crds::HcommNode;
-use kube::Api;
-
-pub use cluster::{ChartCluster, ChartClusterOptions, write_secret};
+pub use cluster::{ChartCluster, ChartClusterOptions, wait_nodes_published, write_secret};
 pub use error::{Error, Result};
 pub use examples::ExamplePools;
 pub use kubelet::{Kubelet, KubeletConfig, NodeRoot, ProcessInfo};
@@ -386,37 +383,15 @@ impl Testbed {
     }
 
     async fn wait_for_nodes(&self, within: Duration) -> Result<()> {
-        let nodes: Api<HcommNode> = Api::all(self.client().await?);
-        let deadline = Instant::now() + within;
-        for h in self.hosts.hosts() {
-            loop {
-                let published = nodes
-                    .get_opt(h.name())
-                    .await
-                    .ok()
-                    .flatten()
-                    .and_then(|n| n.status?.data_address)
-                    .is_some();
-                if published {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    return Err(Error::Timeout {
-                        what: format!(
-                            "HcommNode {} (agent log: {})",
-                            h.name(),
-                            self.dir
-                                .join("logs")
-                                .join(format!("{}.log", h.name()))
-                                .display()
-                        ),
-                        after: within,
-                    });
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-        Ok(())
+        let hosts: Vec<_> = self.hosts.hosts().iter().collect();
+        let logs = self.dir.join("logs");
+        cluster::wait_nodes_published(
+            self.client().await?,
+            &hosts,
+            within,
+            &format!(" (agent logs: {}/host-N.log)", logs.display()),
+        )
+        .await
     }
 
     /// Stops the workers gracefully, then everything else.
