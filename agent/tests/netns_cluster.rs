@@ -6,14 +6,15 @@
 //! later member fetches the set from it over the data network, and a wrong digest is
 //! refused with `DigestMismatch`.
 //!
-//! Needs root (namespaces) and the cached control-plane binaries; skips with a message
-//! otherwise.
+//! Needs root (namespaces) and the cached control-plane binaries: without root it is
+//! reported as ignored with the reason (`hcomm_e2e::harness`).
 
 mod support;
 
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use hcomm_e2e::harness::{self, Needs, Test};
 use hcomm_e2e::hosts::{HostProcess, SimHosts, SimHostsOptions};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -66,26 +67,16 @@ fn start_agents(hosts: &SimHosts, cluster: &Cluster, secret: &std::path::Path) -
     })
 }
 
-#[test]
-fn a_cut_data_link_is_refused_and_members_join_then_drain_after_in_flight_reaches_zero() {
-    let hosts = match SimHosts::create(SimHostsOptions::new(3)) {
-        Ok(h) => h,
-        Err(e) => {
-            eprintln!("skipping: cannot create network namespaces: {e}");
-            return;
-        }
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(400), scenario(&hosts))
-            .await
-            .expect("test deadline")
-            .expect("scenario");
-    });
+fn main() {
+    harness::run(vec![Test::new(
+        "a_cut_data_link_is_refused_and_members_join_then_drain_after_in_flight_reaches_zero",
+        Needs::NetworkNamespaces,
+        || {
+            let hosts = SimHosts::create(SimHostsOptions::new(3))?;
+            harness::block_on(Duration::from_secs(400), scenario(&hosts))
+        },
+    )])
+    .exit();
 }
 
 async fn scenario(hosts: &SimHosts) -> Result<()> {

@@ -18,7 +18,8 @@
 //!
 //! Sizing: data links at 200 Mbit/s make one 256 MiB copy take ~11 s on a joiner's
 //! downlink, long enough to kill a source ~30 % in; the whole test takes about a minute.
-//! Needs root (namespaces, tc) and the cached control-plane binaries; skips otherwise.
+//! Needs root (namespaces, tc) and the cached control-plane binaries: without root it is
+//! reported as ignored with the reason (`hcomm_e2e::harness`).
 
 mod support;
 
@@ -30,6 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail, ensure};
 use hcomm_agent::weights::generate::{GenerateSpec, generate};
 use hcomm_agent::weights::{DEFAULT_CHUNK_SIZE, Digest, Manifest, WeightStore, manifest_digest};
+use hcomm_e2e::harness::{self, Needs, Test};
 use hcomm_e2e::hosts::{HostProcess, Shaping, SimHost, SimHosts, SimHostsOptions};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -54,29 +56,19 @@ fn copy_time() -> Duration {
     Duration::from_secs_f64(SET_BYTES as f64 * 8.0 / (f64::from(RATE_MBIT) * 1e6))
 }
 
-#[test]
-fn synced_weights_survive_a_killed_source_and_a_corrupt_one_for_one_and_three_joiners() {
-    let hosts = match SimHosts::create(
-        SimHostsOptions::new(SOURCES + JOINERS).data_shaping(Shaping::rate(RATE_MBIT)),
-    ) {
-        Ok(h) => h,
-        Err(e) => {
-            eprintln!("skipping: cannot create shaped network namespaces: {e}");
-            return;
-        }
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let work = TempPaths::default();
-    rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(300), scenario(&hosts, &work))
-            .await
-            .expect("test deadline")
-            .expect("scenario");
-    });
+fn main() {
+    harness::run(vec![Test::new(
+        "synced_weights_survive_a_killed_source_and_a_corrupt_one_for_one_and_three_joiners",
+        Needs::NetworkNamespaces,
+        || {
+            let hosts = SimHosts::create(
+                SimHostsOptions::new(SOURCES + JOINERS).data_shaping(Shaping::rate(RATE_MBIT)),
+            )?;
+            let work = TempPaths::default();
+            harness::block_on(Duration::from_secs(300), scenario(&hosts, &work))
+        },
+    )])
+    .exit();
 }
 
 /// Paths removed when the test ends, pass or fail.

@@ -6,9 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::testbed::{
-    self, Error, HostsMode, LoadOptions, LoadStats, Result, Testbed, TestbedOptions,
-};
+use crate::testbed::{self, HostsMode, LoadOptions, LoadStats, Result, Testbed, TestbedOptions};
 
 const NAMESPACE: &str = "default";
 /// The seed of the demo's weights; the example manifests carry its digest (256 MiB).
@@ -172,7 +170,8 @@ async fn pools(bed: &Testbed, args: &DemoOptions, clock: &Clock) -> Result<Summa
     let members = bed
         .wait_pool_ready(NAMESPACE, "decode", 2, POOL_WAIT)
         .await?;
-    wait_gone(bed, "decode", 2).await?;
+    bed.wait_members(NAMESPACE, "decode", 2, Duration::from_secs(120))
+        .await?;
     let scale_in = t.elapsed();
     clock.say(format!(
         "decode: back to 2 after {:.2}s (victims drained, then deleted): {}",
@@ -211,22 +210,6 @@ async fn pools(bed: &Testbed, args: &DemoOptions, clock: &Clock) -> Result<Summa
         scale_out,
         scale_in,
     })
-}
-
-/// Waits until only `n` members of `group` exist (the victims' Pods are gone).
-async fn wait_gone(bed: &Testbed, group: &str, n: usize) -> Result<()> {
-    let within = Duration::from_secs(120);
-    let deadline = Instant::now() + within;
-    while bed.members(NAMESPACE, group).await?.len() != n {
-        if Instant::now() > deadline {
-            return Err(Error::Timeout {
-                what: format!("{group}: the victims' Pods to be gone"),
-                after: within,
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
 }
 
 fn report(clock: &Clock, pool: &str, s: &LoadStats) {

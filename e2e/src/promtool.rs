@@ -1,6 +1,10 @@
 //! `promtool check metrics` — Prometheus' own linter — over a component's `/metrics` text,
 //! so tests prove the exposition is what Prometheus tooling accepts (names with units and
 //! `_total`, HELP and TYPE lines, base units), not merely what our encoder writes.
+//!
+//! promtool comes from `$HCOMM_PROMTOOL` when set, else from the pinned Prometheus release
+//! the project builds into its cache (`controlplane::assets::promtool`, also built by
+//! `cargo devcluster build`), so nothing has to be installed by hand.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -8,9 +12,18 @@ use std::process::{Command, Stdio};
 /// Why the metrics text was not accepted.
 #[derive(Debug, thiserror::Error)]
 pub enum PromtoolError {
-    /// promtool is not installed.
-    #[error("promtool not found ({0}); install Debian's `prometheus` package (`.ci/run` does)")]
-    Missing(std::io::Error),
+    /// promtool could not be built from its pinned Go module (or `$HCOMM_PROMTOOL` is wrong).
+    #[error("promtool unavailable: {0}")]
+    Unavailable(#[from] crate::controlplane::Error),
+    /// promtool would not start.
+    #[error("starting promtool at {path}: {source}")]
+    Start {
+        /// The program that was run.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// promtool ran and found problems.
     #[error("promtool check metrics refused the exposition:\n{0}")]
     Refused(String),
@@ -21,14 +34,17 @@ pub enum PromtoolError {
 
 /// Runs `promtool check metrics` on `exposition`; Ok only when promtool reports nothing.
 pub fn check_metrics(exposition: &str) -> Result<(), PromtoolError> {
-    let program = std::env::var("HCOMM_PROMTOOL").unwrap_or_else(|_| "promtool".to_owned());
-    let mut child = Command::new(program)
+    let program = crate::controlplane::assets::promtool()?;
+    let mut child = Command::new(&program)
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(PromtoolError::Missing)?;
+        .map_err(|source| PromtoolError::Start {
+            path: program.display().to_string(),
+            source,
+        })?;
     child
         .stdin
         .take()

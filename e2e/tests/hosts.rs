@@ -1,5 +1,6 @@
 //! Simulated hosts against the real kernel: namespaces, bridges, veths, `tc`. Needs root
-//! (as in CI). Every wait has a deadline; processes run inside hosts via `ip netns exec`
+//! (as in CI): without it these tests are reported as ignored with the reason
+//! (`hcomm_e2e::harness`), except the loopback one, which runs anywhere. Every wait has a deadline; processes run inside hosts via `ip netns exec`
 //! and python3 (the test itself never enters a namespace).
 
 use std::io::{BufRead, BufReader, Read};
@@ -9,6 +10,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use hcomm_e2e::harness::{self, Needs, Test};
 use hcomm_e2e::hosts::{
     Error, HostProcess, Link, LinkState, Shaping, SimHost, SimHosts, SimHostsOptions, SubnetIndex,
 };
@@ -62,6 +64,79 @@ import socket, sys
 c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
 c.sendall(b"x" * int(sys.argv[3])); c.shutdown(socket.SHUT_WR); c.recv(1)
 "#;
+
+fn main() {
+    let tests: [(fn(), &str, Needs); 11] = [
+        (
+            two_hosts_reach_each_other_over_the_data_subnet as fn(),
+            "two_hosts_reach_each_other_over_the_data_subnet",
+            Needs::NetworkNamespaces,
+        ),
+        (
+            a_host_whose_data_link_is_cut_reaches_peers_only_over_management_until_restored
+                as fn(),
+            "a_host_whose_data_link_is_cut_reaches_peers_only_over_management_until_restored",
+            Needs::NetworkNamespaces,
+        ),
+        (
+            cut_all_isolates_a_host_until_restore_all as fn(),
+            "cut_all_isolates_a_host_until_restore_all",
+            Needs::NetworkNamespaces,
+        ),
+        (
+            a_50_mbit_shape_limits_data_throughput_to_about_50_mbit_in_both_directions as fn(),
+            "a_50_mbit_shape_limits_data_throughput_to_about_50_mbit_in_both_directions",
+            Needs::NetworkNamespaces,
+        ),
+        (
+            delay_is_applied_or_refused_as_unsupported_when_the_kernel_lacks_netem as fn(),
+            "delay_is_applied_or_refused_as_unsupported_when_the_kernel_lacks_netem",
+            Needs::NetworkNamespaces,
+        ),
+        (
+            dropping_the_hosts_removes_every_namespace_bridge_veth_and_process as fn(),
+            "dropping_the_hosts_removes_every_namespace_bridge_veth_and_process",
+            Needs::NetworkNamespaces,
+        ),
+        (
+            dropping_during_a_panic_still_cleans_up as fn(),
+            "dropping_during_a_panic_still_cleans_up",
+            Needs::NetworkNamespaces,
+        ),
+        (
+            a_fixed_subnet_already_in_use_is_refused_with_the_interface_named as fn(),
+            "a_fixed_subnet_already_in_use_is_refused_with_the_interface_named",
+            Needs::NetworkNamespaces,
+        ),
+        (
+            stale_cleanup_spares_live_runs_and_removes_named_leftovers as fn(),
+            "stale_cleanup_spares_live_runs_and_removes_named_leftovers",
+            Needs::NetworkNamespaces,
+        ),
+        (
+            orphan_cleanup_removes_what_a_dead_run_left_behind as fn(),
+            "orphan_cleanup_removes_what_a_dead_run_left_behind",
+            Needs::NetworkNamespaces,
+        ),
+        (
+            loopback_hosts_have_distinct_addresses_and_refuse_cuts_and_shaping as fn(),
+            "loopback_hosts_have_distinct_addresses_and_refuse_cuts_and_shaping",
+            Needs::Nothing,
+        ),
+    ];
+    harness::run(
+        tests
+            .into_iter()
+            .map(|(test, name, needs)| {
+                Test::new(name, needs, move || {
+                    test();
+                    Ok(())
+                })
+            })
+            .collect(),
+    )
+    .exit();
+}
 
 fn sim(options: SimHostsOptions) -> SimHosts {
     SimHosts::create(options).unwrap_or_else(|e| panic!("creating simulated hosts: {e}"))
@@ -154,7 +229,6 @@ fn link_list() -> String {
     .unwrap()
 }
 
-#[test]
 fn two_hosts_reach_each_other_over_the_data_subnet() {
     let hosts = sim(SimHostsOptions::new(2));
     let (a, b) = (hosts.host(0).unwrap(), hosts.host(1).unwrap());
@@ -196,7 +270,6 @@ fn two_hosts_reach_each_other_over_the_data_subnet() {
     assert_eq!(peer.ip(), a.mgmt_ip());
 }
 
-#[test]
 fn a_host_whose_data_link_is_cut_reaches_peers_only_over_management_until_restored() {
     let hosts = sim(SimHostsOptions::new(2));
     let (a, b) = (hosts.host(0).unwrap(), hosts.host(1).unwrap());
@@ -236,7 +309,6 @@ fn a_host_whose_data_link_is_cut_reaches_peers_only_over_management_until_restor
     );
 }
 
-#[test]
 fn cut_all_isolates_a_host_until_restore_all() {
     let hosts = sim(SimHostsOptions::new(2));
     let (a, b) = (hosts.host(0).unwrap(), hosts.host(1).unwrap());
@@ -272,7 +344,6 @@ fn throughput_mbit(from: &SimHost, to: &SimHost, bytes: usize) -> f64 {
     bytes as f64 * 8.0 / secs.parse::<f64>().unwrap() / 1e6
 }
 
-#[test]
 fn a_50_mbit_shape_limits_data_throughput_to_about_50_mbit_in_both_directions() {
     // Shaped from creation on; then host 1 is unshaped, so only host 0's link limits.
     let hosts = sim(SimHostsOptions::new(2).data_shaping(Shaping::rate(50)));
@@ -297,7 +368,6 @@ fn a_50_mbit_shape_limits_data_throughput_to_about_50_mbit_in_both_directions() 
     assert!(cleared > 150.0, "shaping removal left {cleared:.1} Mbit/s");
 }
 
-#[test]
 fn delay_is_applied_or_refused_as_unsupported_when_the_kernel_lacks_netem() {
     let hosts = sim(SimHostsOptions::new(2));
     let (a, b) = (hosts.host(0).unwrap(), hosts.host(1).unwrap());
@@ -325,7 +395,6 @@ fn delay_is_applied_or_refused_as_unsupported_when_the_kernel_lacks_netem() {
     }
 }
 
-#[test]
 fn dropping_the_hosts_removes_every_namespace_bridge_veth_and_process() {
     let hosts = sim(SimHostsOptions::new(3));
     let prefix = hosts.prefix().to_owned();
@@ -366,7 +435,6 @@ fn dropping_the_hosts_removes_every_namespace_bridge_veth_and_process() {
     );
 }
 
-#[test]
 fn dropping_during_a_panic_still_cleans_up() {
     let prefix = std::sync::Mutex::new(String::new());
     let result = std::panic::catch_unwind(|| {
@@ -380,7 +448,6 @@ fn dropping_during_a_panic_still_cleans_up() {
     assert!(!netns_list().contains(&prefix) && !link_list().contains(&prefix));
 }
 
-#[test]
 fn a_fixed_subnet_already_in_use_is_refused_with_the_interface_named() {
     let first = sim(SimHostsOptions::new(1));
     let taken = first.subnets().data.octets()[2];
@@ -396,7 +463,6 @@ fn a_fixed_subnet_already_in_use_is_refused_with_the_interface_named() {
     assert_ne!(second.subnets(), first.subnets());
 }
 
-#[test]
 fn stale_cleanup_spares_live_runs_and_removes_named_leftovers() {
     let hosts = sim(SimHostsOptions::new(1));
     let orphans = hcomm_e2e::hosts::cleanup_orphans().unwrap();
@@ -412,7 +478,6 @@ fn stale_cleanup_spares_live_runs_and_removes_named_leftovers() {
     drop(hosts); // tearing down what is already gone is fine
 }
 
-#[test]
 fn orphan_cleanup_removes_what_a_dead_run_left_behind() {
     // A run prefix owned by a pid that has just exited: `hcs` + pid in base 36 + seq.
     let mut exited = Command::new("true").spawn().unwrap();
@@ -437,7 +502,6 @@ fn orphan_cleanup_removes_what_a_dead_run_left_behind() {
     assert!(!netns_list().contains(&prefix) && !link_list().contains(&prefix));
 }
 
-#[test]
 fn loopback_hosts_have_distinct_addresses_and_refuse_cuts_and_shaping() {
     let hosts = SimHosts::loopback(2).unwrap();
     assert!(!hosts.is_isolated());

@@ -4,17 +4,16 @@
 //! them, and condition/Event waits (each bounded by a deadline).
 #![allow(dead_code)] // each test file uses a different subset
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
-use hcomm_e2e::controlplane::{ControlPlane, ControlPlaneOptions};
+use hcomm_e2e::controlplane::ControlPlane;
 use hcomm_e2e::hosts::{HostProcess, SimHost, SimHosts};
+use hcomm_e2e::testbed::{ChartCluster, ChartClusterOptions, wait_nodes_published};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -30,10 +29,7 @@ pub fn temp_path(label: &str) -> PathBuf {
 
 /// Writes a random shared secret (mode 0600), as the chart's Secret would hold it.
 pub fn write_secret(path: &Path) -> Result<()> {
-    let secret: [u8; 24] = rand::random();
-    std::fs::write(path, hex::encode(secret))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(())
+    Ok(hcomm_e2e::testbed::write_secret(path)?)
 }
 
 /// The HCCL rank-table JSON for `(server id, host ip, device id)` in rank order.
@@ -240,49 +236,23 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// The kit's cluster (`hcomm_e2e::testbed::ChartCluster`) without controllers: the
+    /// tests write member Pods themselves, as the operator would.
     pub async fn start(hosts: &SimHosts) -> Result<Cluster> {
-        let cp = ControlPlane::start(ControlPlaneOptions {
-            bind_address: hosts.mgmt_gateway().into(),
-            controllers: false,
-            ..Default::default()
-        })
-        .await
-        .context("control plane")?;
-        cp.install_crds(&hcomm_crds::all_crds()).await?;
-        let client = cp.client().await?;
-        for h in hosts.hosts() {
-            if cp.has_kwok() {
-                cp.create_fake_node(h.name(), BTreeMap::new()).await?;
-            }
-        }
-        hcomm_e2e::chart::install(&cp, &["agent.mode=cpu"])?;
-        let agent_kubeconfig = hcomm_e2e::chart::kubeconfig_as(&cp, hcomm_e2e::chart::AGENT_USER)?;
+        let cluster = ChartCluster::start(hosts, ChartClusterOptions::default())
+            .await
+            .context("control plane with the chart")?;
+        let client = cluster.cp.client().await?;
         Ok(Cluster {
-            cp,
+            cp: cluster.cp,
             client,
-            agent_kubeconfig,
+            agent_kubeconfig: cluster.agent_kubeconfig,
         })
     }
 
     /// Waits until every host's agent published its `HcommNode` with its data address.
     pub async fn wait_nodes(&self, hosts: &[&SimHost], within: Duration) -> Result<()> {
-        let nodes: Api<hcomm_crds::HcommNode> = Api::all(self.client.clone());
-        let deadline = Instant::now() + within;
-        for h in hosts {
-            loop {
-                if let Ok(Some(n)) = nodes.get_opt(h.name()).await
-                    && n.status.as_ref().and_then(|s| s.data_address.clone())
-                        == Some(h.data_ip().to_string())
-                {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    bail!("HcommNode {} not published with its data address", h.name());
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-        Ok(())
+        Ok(wait_nodes_published(self.client.clone(), hosts, within, "").await?)
     }
 }
 

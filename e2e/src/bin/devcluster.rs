@@ -59,7 +59,7 @@ enum Sub {
     Status,
     /// Stop every component (and check none is left).
     Down,
-    /// Build or find the binaries (etcd, kube-apiserver, ..., helm) and print their paths.
+    /// Build or find the binaries (etcd, kube-apiserver, ..., helm, promtool) and print their paths.
     Build,
     /// Run the pinned kubectl against the devcluster, e.g. `cargo devcluster kubectl get
     /// hcg` (kubectl's own help: `cargo devcluster kubectl -- --help`).
@@ -254,6 +254,9 @@ async fn build(args: &Args) -> anyhow::Result<()> {
     // too so CI's build step leaves nothing for the tests to build.
     let helm = tokio::task::spawn_blocking(assets::helm).await??;
     println!("  {:<24} {}", "helm", helm.display());
+    // So is promtool, which the metrics tests run.
+    let promtool = tokio::task::spawn_blocking(assets::promtool).await??;
+    println!("  {:<24} {}", "promtool", promtool.display());
     Ok(())
 }
 

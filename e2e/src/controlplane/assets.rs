@@ -60,6 +60,15 @@ const HELM: GoModule = GoModule {
     binaries: &[("helm", "helm.sh/helm/v3/cmd/helm")],
 };
 
+/// promtool, Prometheus' own linter, for the tests that check `/metrics` expositions.
+/// Not part of the control plane, but brought the same way so a fresh machine needs no
+/// package installed by hand.
+const PROMTOOL: GoModule = GoModule {
+    name: "promtool",
+    pinned: "github.com/prometheus/prometheus",
+    binaries: &[("promtool", "github.com/prometheus/prometheus/cmd/promtool")],
+};
+
 /// The kwok stages (see `e2e/k8s/kwok/stages.yaml`): Nodes become Ready, Pods
 /// Running, and Pod readiness follows readiness gates as a kubelet's would.
 pub const KWOK_STAGES: &str = include_str!("../../k8s/kwok/stages.yaml");
@@ -146,6 +155,16 @@ pub fn helm() -> Result<PathBuf> {
         return Ok(PathBuf::from(path));
     }
     Ok(ensure_built(HELM)?.join("helm"))
+}
+
+/// promtool for the metrics tests: `$HCOMM_PROMTOOL` when set, else the pinned Prometheus
+/// release built from `e2e/k8s/promtool` into the cache (blocking: a cold build takes a
+/// few minutes; concurrent callers wait on the build lock and then share the result).
+pub fn promtool() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("HCOMM_PROMTOOL").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(path));
+    }
+    Ok(ensure_built(PROMTOOL)?.join("promtool"))
 }
 
 /// The Kubernetes version the kube module pins, e.g. `v1.35.4`.
@@ -384,12 +403,18 @@ mod tests {
         assert_eq!(go_output_name("go.etcd.io/etcd/server/v3"), "server");
         assert_eq!(go_output_name("k8s.io/kubernetes/cmd/kubectl"), "kubectl");
         assert_eq!(go_output_name("sigs.k8s.io/kwok/cmd/kwok"), "kwok");
+        assert_eq!(
+            go_output_name("github.com/prometheus/prometheus/cmd/promtool"),
+            "promtool"
+        );
     }
 
     #[test]
     fn pinned_versions_are_read_from_go_mod() {
         assert!(pinned_version(KUBE).unwrap().starts_with("v1."));
         assert!(pinned_version(KWOK).unwrap().starts_with("v0."));
+        // Prometheus tags its Go module v0.3MM.P for release v3.MM.P.
+        assert!(pinned_version(PROMTOOL).unwrap().starts_with("v0.3"));
     }
 
     #[test]

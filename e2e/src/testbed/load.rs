@@ -165,6 +165,35 @@ impl LoadRun {
         self.latest.lock().expect("load stats").clone()
     }
 
+    /// Waits until every member in `members` has answered at least `n` requests.
+    pub async fn wait_served(
+        &self,
+        members: &[super::MemberPod],
+        n: u64,
+        within: Duration,
+    ) -> Result<LoadStats> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let s = self.latest();
+            if members
+                .iter()
+                .all(|m| s.by_pod.get(&m.name).is_some_and(|p| p.served >= n))
+            {
+                return Ok(s);
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(Error::Timeout {
+                    what: format!(
+                        "every member of {} to serve {n} requests: {members:?} {s:?}",
+                        self.service
+                    ),
+                    after: within,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// SIGTERM, then the final stats (in-flight requests finish first).
     pub async fn stop(mut self) -> Result<LoadStats> {
         if let Some(pid) = self.child.id() {

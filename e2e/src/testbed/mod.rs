@@ -13,7 +13,9 @@
 //! hosts, in that order).
 
 pub mod binaries;
+pub mod cluster;
 mod error;
+pub mod examples;
 pub mod kubelet;
 pub mod launch;
 pub mod load;
@@ -25,19 +27,18 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use hcomm_crds::HcommNode;
-use kube::Api;
-
+pub use cluster::{ChartCluster, ChartClusterOptions, wait_nodes_published, write_secret};
 pub use error::{Error, Result};
+pub use examples::ExamplePools;
 pub use kubelet::{Kubelet, KubeletConfig, NodeRoot, ProcessInfo};
 pub use load::{LoadOptions, LoadRun, LoadStats, PodStats};
 pub use pools::{MemberPod, PoolCopy};
 pub use timeline::{MemberMarks, Timeline};
 
 use crate::chart;
-use crate::controlplane::{ControlPlane, ControlPlaneOptions};
+use crate::controlplane::ControlPlane;
 use crate::hosts::{HostProcess, Shaping, SimHosts, SimHostsOptions};
 
 /// How to build a [`Testbed`].
@@ -126,43 +127,34 @@ impl Testbed {
         let dir = std::env::temp_dir().join(format!("hcomm-testbed-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("logs")).map_err(Error::io("create testbed dir"))?;
-        let cp = ControlPlane::start(ControlPlaneOptions {
-            bind_address: if hosts.is_isolated() {
-                hosts.mgmt_gateway().into()
-            } else {
-                std::net::Ipv4Addr::LOCALHOST.into()
-            },
-            controllers: true,
-            kwok: Some(true),
-            // Pod addresses are routed in the root namespace: one /16 per testbed, from
-            // its hosts' subnet (unique on the machine), so two never collide.
-            // Loopback hosts: 127/8 addresses bind without any setup.
-            pod_cidr: Some(if hosts.is_isolated() {
-                format!("10.{}.0.0/16", 100 + hosts.subnets().data.octets()[2] % 150)
-            } else {
-                "127.100.0.0/16".to_owned()
-            }),
-            ..Default::default()
-        })
-        .await?;
-        cp.install_crds(&hcomm_crds::all_crds()).await?;
-        for h in hosts.hosts() {
-            cp.create_fake_node(h.name(), BTreeMap::new()).await?;
-        }
         // RBAC, namespace and the agents' Secret come from the chart. Its workloads are
         // kept off the simulated nodes (the testbed runs the binaries itself): the agent
         // DaemonSet's default selector matches no CPU node, and one operator replica
         // stays Pending on a selector nothing carries.
-        chart::install(
-            &cp,
-            &[
-                "agent.mode=cpu",
-                "operator.replicas=1",
-                "operator.nodeSelector.hcomm-testbed=runs-as-a-process",
-            ],
-        )?;
-        let agent_kubeconfig = chart::kubeconfig_as(&cp, chart::AGENT_USER)?;
-        let operator_kubeconfig = chart::kubeconfig_as(&cp, chart::OPERATOR_USER)?;
+        let ChartCluster {
+            cp,
+            agent_kubeconfig,
+            operator_kubeconfig,
+        } = ChartCluster::start(
+            &hosts,
+            ChartClusterOptions {
+                controllers: true,
+                kwok: Some(true),
+                // Pod addresses are routed in the root namespace: one /16 per testbed,
+                // from its hosts' subnet (unique on the machine), so two never collide.
+                // Loopback hosts: 127/8 addresses bind without any setup.
+                pod_cidr: Some(if hosts.is_isolated() {
+                    format!("10.{}.0.0/16", 100 + hosts.subnets().data.octets()[2] % 150)
+                } else {
+                    "127.100.0.0/16".to_owned()
+                }),
+                chart_values: vec![
+                    "operator.replicas=1".to_owned(),
+                    "operator.nodeSelector.hcomm-testbed=runs-as-a-process".to_owned(),
+                ],
+            },
+        )
+        .await?;
         let secret_file = dir.join("probe-secret");
         write_secret(&secret_file)?;
         let mut bed = Testbed {
@@ -391,37 +383,15 @@ impl Testbed {
     }
 
     async fn wait_for_nodes(&self, within: Duration) -> Result<()> {
-        let nodes: Api<HcommNode> = Api::all(self.client().await?);
-        let deadline = Instant::now() + within;
-        for h in self.hosts.hosts() {
-            loop {
-                let published = nodes
-                    .get_opt(h.name())
-                    .await
-                    .ok()
-                    .flatten()
-                    .and_then(|n| n.status?.data_address)
-                    .is_some();
-                if published {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    return Err(Error::Timeout {
-                        what: format!(
-                            "HcommNode {} (agent log: {})",
-                            h.name(),
-                            self.dir
-                                .join("logs")
-                                .join(format!("{}.log", h.name()))
-                                .display()
-                        ),
-                        after: within,
-                    });
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-        Ok(())
+        let hosts: Vec<_> = self.hosts.hosts().iter().collect();
+        let logs = self.dir.join("logs");
+        cluster::wait_nodes_published(
+            self.client().await?,
+            &hosts,
+            within,
+            &format!(" (agent logs: {}/host-N.log)", logs.display()),
+        )
+        .await
     }
 
     /// Stops the workers gracefully, then everything else.
@@ -446,15 +416,4 @@ impl Drop for Testbed {
 fn log_filter() -> String {
     std::env::var("HCOMM_TESTBED_LOG")
         .unwrap_or_else(|_| "info,kube=warn,kube_client=warn,hyper=warn,tower=warn".to_owned())
-}
-
-/// A fresh random secret shared by the agents (as the chart's generated Secret is).
-fn write_secret(path: &Path) -> Result<()> {
-    use std::io::Read;
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(Error::io("read /dev/urandom"))?;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    std::fs::write(path, hex).map_err(Error::io(format!("write {}", path.display())))
 }

@@ -223,6 +223,33 @@ impl Testbed {
     }
 }
 
+impl Testbed {
+    /// Waits until `group` has exactly `n` member Pods not being deleted: the victims of
+    /// a scale-in are gone, the joiners of a scale-out exist.
+    pub async fn wait_members(
+        &self,
+        namespace: &str,
+        group: &str,
+        n: usize,
+        within: Duration,
+    ) -> Result<Vec<MemberPod>> {
+        let deadline = Instant::now() + within;
+        loop {
+            let members = self.members(namespace, group).await?;
+            if members.len() == n {
+                return Ok(members);
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Timeout {
+                    what: format!("{group}: {n} member Pods (have {members:?})"),
+                    after: within,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
 fn is_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()

@@ -41,17 +41,9 @@ where
         .with_test_writer()
         .try_init();
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    runtime.block_on(async {
-        tokio::time::timeout(deadline, body())
-            .await
-            .expect("test deadline passed")
-            .expect("test failed");
-    });
+    if let Err(error) = hcomm_e2e::harness::block_on(deadline, body()) {
+        panic!("test failed: {error:#}");
+    }
 }
 
 /// A control plane with the hcomm CRDs and a namespace for the test.

@@ -1,0 +1,117 @@
+//! Elastic pools end to end, under steady load from the reference router, on 5 simulated
+//! hosts with a real control plane, the real operator and agents, and real worker
+//! processes behind real EndpointSlices (see `hcomm_e2e::testbed`).
+//!
+//! One named test per scenario; `cargo test -p hcomm-e2e --test pools -- drain_under_load`
+//! runs just that one. Each scenario states the pool sizes it needs and establishes them
+//! with the kit (scale and wait), so each runs alone. Run together, they share one
+//! testbed (the example pools applied and under load), started by the first and torn
+//! down after the last, one scenario at a time in the order below; a scenario that fails
+//! takes the testbed down and the next starts a fresh one. After the last, both loads'
+//! whole-run counters must still show no failed request.
+//!
+//! Needs root (network namespaces): without it every scenario is reported as ignored
+//! with the reason. The testbed runs the agent, operator, worker and router from
+//! `target/`: `cargo test --workspace` builds them all, but `cargo test -p hcomm-e2e`
+//! alone does not rebuild them — run `cargo build --workspace --bins` first.
+
+mod check;
+mod faults;
+mod resources;
+mod rollout;
+mod scaling;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use hcomm_e2e::harness::{self, Needs, Shared, Test};
+use hcomm_e2e::testbed::ExamplePools;
+
+/// Simulated hosts of the shared testbed (2 devices each).
+const HOSTS: usize = 5;
+/// The deadline of one scenario (the 30 scale cycles take the longest).
+const SCENARIO_DEADLINE: Duration = Duration::from_secs(600);
+
+type Scenario = for<'a> fn(&'a mut ExamplePools) -> Pin<Box<dyn Future<Output = Result<()>> + 'a>>;
+
+/// Registers a scenario under its function's name.
+macro_rules! scenarios {
+    ($($module:ident::$name:ident),* $(,)?) => {
+        [$({
+            fn scenario(pools: &mut ExamplePools) -> Pin<Box<dyn Future<Output = Result<()>> + '_>> {
+                Box::pin($module::$name(pools))
+            }
+            (stringify!($name), scenario as Scenario)
+        }),*]
+    };
+}
+
+fn main() {
+    let scenarios = scenarios![
+        scaling::both_example_pools_come_up_with_rank_tables_and_topology,
+        scaling::scale_out_under_load_fails_no_request,
+        scaling::drain_under_load,
+        faults::a_weight_source_killed_mid_sync_is_replaced_by_the_other,
+        faults::a_blackholed_data_nic_is_refused_and_the_next_host_used,
+        faults::an_operator_killed_mid_scale_out_completes_it_after_restart,
+        resources::thirty_scale_cycles_leave_nothing_behind,
+        rollout::a_new_weights_version_rolls_member_by_member_and_old_versions_go,
+        faults::a_cut_off_host_is_replaced_and_used_again_once_restored,
+    ];
+    let rt = Arc::new(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime"),
+    );
+    let shared: Shared<ExamplePools> = Shared::default();
+    let tests = scenarios
+        .into_iter()
+        .map(|(name, scenario)| {
+            let (rt, shared) = (rt.clone(), shared.clone());
+            Test::new(name, Needs::NetworkNamespaces, move || {
+                run_scenario(&rt, &shared, scenario)
+            })
+        })
+        .collect();
+    let mut summary = harness::run_in_order(tests);
+    if let Some(pools) = shared.teardown() {
+        // The whole run, both pools: no request failed between the scenarios either.
+        let whole_run = rt.block_on(async {
+            let (decode, prefill) = pools.stop().await?;
+            check::clean(&decode, "decode, whole run")?;
+            check::clean(&prefill, "prefill, whole run")
+        });
+        if let Err(error) = whole_run {
+            eprintln!("error: after the last scenario: {error:#}");
+            summary.num_failed += 1;
+        }
+    }
+    summary.exit();
+}
+
+/// Runs one scenario on the shared testbed, starting it first if none is up.
+fn run_scenario(
+    rt: &tokio::runtime::Runtime,
+    shared: &Shared<ExamplePools>,
+    scenario: Scenario,
+) -> Result<()> {
+    shared.with(
+        || Ok(rt.block_on(ExamplePools::start(HOSTS))?),
+        |pools| {
+            eprintln!("logs: {}", pools.bed.dir().join("logs").display());
+            let _ = rt.block_on(pools.stop());
+        },
+        |pools| {
+            rt.block_on(async {
+                tokio::time::timeout(SCENARIO_DEADLINE, scenario(pools))
+                    .await
+                    .map_err(|_| anyhow::anyhow!("scenario deadline ({SCENARIO_DEADLINE:?})"))?
+            })
+        },
+    )
+}
