@@ -358,7 +358,9 @@ fn diagnose_args(mut f: Flags) -> Result<DiagnoseArgs> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let defaults = AgentConfig::new("");
     let a = DiagnoseArgs {
-        socket_ifname: f.one("socket-ifname").or_else(|| env("HCCL_SOCKET_IFNAME")),
+        socket_ifname: f
+            .one("socket-ifname")
+            .or_else(|| env(hcomm_crds::contract::env::SOCKET_IFNAME)),
         data_address: f.parsed("data-address")?,
         management: f.one("management-interface"),
         peers: f
@@ -371,19 +373,19 @@ fn diagnose_args(mut f: Flags) -> Result<DiagnoseArgs> {
         probe_timeout: Duration::from_millis(f.parsed("probe-timeout-ms")?.unwrap_or(3000)),
         rank_table: f
             .one("rank-table")
-            .or_else(|| env("RANK_TABLE_FILE"))
+            .or_else(|| env(hcomm_crds::contract::env::RANK_TABLE_FILE))
             .map(PathBuf::from),
         node: f.one("node-name").or_else(|| env("NODE_NAME")),
         devices: devices(f.one("devices"), "--devices")?,
         visible_devices: devices(
             f.one("visible-devices")
-                .or_else(|| env("ASCEND_VISIBLE_DEVICES")),
+                .or_else(|| env(hcomm_crds::contract::env::VISIBLE_DEVICES)),
             "--visible-devices",
         )?,
         cpu_devices: f.parsed("cpu-devices")?,
         pod_epoch: match f.parsed("pod-epoch")? {
             Some(e) => Some(e),
-            None => env("HCOMM_EPOCH").and_then(|e| e.parse().ok()),
+            None => env(hcomm_crds::contract::env::EPOCH).and_then(|e| e.parse().ok()),
         },
         group_epoch: f.parsed("group-epoch")?,
         weights_synced: f.parsed("weights-synced")?,

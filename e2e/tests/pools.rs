@@ -221,7 +221,8 @@ async fn run(bed: &mut Testbed) -> Result<()> {
         .context("no member was refused on the cut host")?;
     let message = refused.1.refused.clone().unwrap_or_default();
     ensure!(
-        message.starts_with("NicUnreachable") && message.contains("data0"),
+        message.starts_with(hcomm_crds::contract::PodReason::NicUnreachable.as_str())
+            && message.contains("data0"),
         "refusal should name the reason and the interface: {message:?}"
     );
     eprintln!("scenario 4: refused in {:?}: {message}", t.elapsed());
@@ -433,7 +434,7 @@ async fn run(bed: &mut Testbed) -> Result<()> {
     let links = group.status.as_ref().and_then(|s| {
         s.conditions
             .iter()
-            .find(|c| c.type_ == "LinksHealthy")
+            .find(|c| c.type_ == hcomm_crds::contract::CONDITION_LINKS_HEALTHY)
             .cloned()
     });
     eprintln!("scenario 7: LinksHealthy now {links:?}");
@@ -446,11 +447,11 @@ async fn run(bed: &mut Testbed) -> Result<()> {
     let t = Instant::now();
     let deadline = t + POOL_WAIT;
     loop {
-        let links = groups
-            .get("decode")
-            .await?
-            .status
-            .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "LinksHealthy"));
+        let links = groups.get("decode").await?.status.and_then(|s| {
+            s.conditions
+                .into_iter()
+                .find(|c| c.type_ == hcomm_crds::contract::CONDITION_LINKS_HEALTHY)
+        });
         if links.as_ref().is_some_and(|c| c.status == "True") {
             break;
         }
@@ -589,7 +590,9 @@ async fn source_killed_during_sync(bed: &mut Testbed, timeline: &Timeline) -> Re
         .await?
         .items
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("WeightsSourceLost"))
+        .filter(|e| {
+            e.reason.as_deref() == Some(hcomm_crds::contract::PodReason::WeightsSourceLost.as_str())
+        })
         .filter_map(|e| e.message)
         .find(|m| m.contains(&victim_ip));
     ensure!(

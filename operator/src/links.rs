@@ -423,7 +423,13 @@ mod tests {
             ("n2", vec![test("10.0.0.1", true, Some(900), 5)]),
         ]);
         let (status, reason, message) = r.condition();
-        assert_eq!((status, reason), (ConditionStatus::True, "AllLinksUp"));
+        assert_eq!(
+            (status, reason),
+            (
+                ConditionStatus::True,
+                hcomm_crds::contract::GroupReason::AllLinksUp.as_str()
+            )
+        );
         assert!(
             message.contains("n2 → n1 (10.0.0.1) 900 µs at 2023-11-14T22:13:"),
             "{message}"
@@ -441,14 +447,20 @@ mod tests {
             ("n2", vec![test("10.0.0.1", true, Some(200), 3)]),
         ]);
         let (status, reason, message) = r.condition();
-        assert_eq!((status, reason), (ConditionStatus::False, "LinkDown"));
+        assert_eq!(
+            (status, reason),
+            (
+                ConditionStatus::False,
+                hcomm_crds::contract::GroupReason::LinkDown.as_str()
+            )
+        );
         assert!(
             message.starts_with("1 of 2 link(s) down: n1 → n2 (10.0.0.2) unreachable at ")
                 && message.ends_with("connect timed out after 5s"),
             "{message}"
         );
         let (why, stable) = r.degraded().unwrap();
-        assert_eq!(why, "LinkDown");
+        assert_eq!(why, hcomm_crds::contract::GroupReason::LinkDown.as_str());
         assert_eq!(stable, "link(s) down: n1 → n2 (10.0.0.2)");
         assert_eq!(r.counts().down, 1);
     }
@@ -462,7 +474,10 @@ mod tests {
         let (status, reason, message) = r.condition();
         assert_eq!(
             (status, reason),
-            (ConditionStatus::Unknown, "NoRecentProbe")
+            (
+                ConditionStatus::Unknown,
+                hcomm_crds::contract::GroupReason::NoRecentProbe.as_str()
+            )
         );
         assert!(
             message.contains("n1 → n2 (10.0.0.2) last probed at"),
@@ -478,7 +493,10 @@ mod tests {
             ("n1", vec![test("10.0.0.2", false, None, 600)]),
             ("n2", vec![test("10.0.0.1", true, Some(100), 1)]),
         ]);
-        assert_eq!(r.condition().1, "NoRecentProbe");
+        assert_eq!(
+            r.condition().1,
+            hcomm_crds::contract::GroupReason::NoRecentProbe.as_str()
+        );
     }
 
     #[test]
@@ -487,7 +505,10 @@ mod tests {
         let (status, reason, message) = r.condition();
         assert_eq!(
             (status, reason),
-            (ConditionStatus::Unknown, "NoRecentProbe")
+            (
+                ConditionStatus::Unknown,
+                hcomm_crds::contract::GroupReason::NoRecentProbe.as_str()
+            )
         );
         assert!(
             message.contains("n2 → n1 (10.0.0.1) never probed"),
@@ -502,9 +523,18 @@ mod tests {
             ("n2", vec![test("10.0.0.1", true, Some(100), 1)]),
         ]);
         let (status, reason, message) = r.condition();
-        assert_eq!((status, reason), (ConditionStatus::False, "LinkDegraded"));
+        assert_eq!(
+            (status, reason),
+            (
+                ConditionStatus::False,
+                hcomm_crds::contract::GroupReason::LinkDegraded.as_str()
+            )
+        );
         assert!(message.contains("slower than 20 ms: n1 → n2 (10.0.0.2) 45000 µs"));
-        assert_eq!(r.degraded().unwrap().0, "LinkDegraded");
+        assert_eq!(
+            r.degraded().unwrap().0,
+            hcomm_crds::contract::GroupReason::LinkDegraded.as_str()
+        );
     }
 
     #[test]
@@ -522,7 +552,12 @@ mod tests {
             ),
             ("n2", vec![test("10.0.0.1", true, Some(100), 1)]),
         ]);
-        assert_eq!(r.condition().1, "AllLinksUp", "{:?}", r.links);
+        assert_eq!(
+            r.condition().1,
+            hcomm_crds::contract::GroupReason::AllLinksUp.as_str(),
+            "{:?}",
+            r.links
+        );
     }
 
     #[test]
@@ -535,7 +570,13 @@ mod tests {
             Timestamp::from_second(NOW).unwrap(),
         );
         let (status, reason, message) = one.condition();
-        assert_eq!((status, reason), (ConditionStatus::True, "AllLinksUp"));
+        assert_eq!(
+            (status, reason),
+            (
+                ConditionStatus::True,
+                hcomm_crds::contract::GroupReason::AllLinksUp.as_str()
+            )
+        );
         assert!(message.contains("node n1"), "{message}");
         assert_eq!(one.recheck_after, None);
     }

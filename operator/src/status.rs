@@ -359,7 +359,7 @@ fn topology(input: StatusInput<'_>, dpm: i32) -> Vec<TopologyEntry> {
 /// Writes `status` with server-side apply (field manager `hcomm-operator`).
 pub async fn write(api: &Api<HcommGroup>, name: &str, status: &HcommGroupStatus) -> Result<()> {
     let patch = serde_json::json!({
-        "apiVersion": "hcomm.io/v1alpha1",
+        "apiVersion": hcomm_crds::API_GROUP_VERSION,
         "kind": "HcommGroup",
         "status": status,
     });
@@ -382,7 +382,7 @@ mod tests {
 
     fn group() -> HcommGroup {
         serde_json::from_value(serde_json::json!({
-            "apiVersion": "hcomm.io/v1alpha1", "kind": "HcommGroup",
+            "apiVersion": hcomm_crds::API_GROUP_VERSION, "kind": "HcommGroup",
             "metadata": {"name": "decode", "namespace": "ns", "generation": 3},
             "spec": {
                 "replicas": 0, "role": "decode", "devicesPerMember": 1,
@@ -435,7 +435,10 @@ mod tests {
         let links = find_condition(&up.conditions, CONDITION_LINKS_HEALTHY).unwrap();
         assert_eq!(
             (links.status.as_str(), links.reason.as_str()),
-            ("True", "AllLinksUp")
+            (
+                "True",
+                hcomm_crds::contract::GroupReason::AllLinksUp.as_str()
+            )
         );
         assert_eq!(links.observed_generation, Some(3));
         assert_eq!(
@@ -451,7 +454,10 @@ mod tests {
         let links = find_condition(&down.conditions, CONDITION_LINKS_HEALTHY).unwrap();
         assert_eq!(
             (links.status.as_str(), links.reason.as_str()),
-            ("False", "LinkDown")
+            (
+                "False",
+                hcomm_crds::contract::GroupReason::LinkDown.as_str()
+            )
         );
         assert!(
             links.message.contains("n1 → n2 (10.0.0.2) unreachable"),
@@ -462,7 +468,7 @@ mod tests {
         let degraded = find_condition(&down.conditions, CONDITION_DEGRADED).unwrap();
         assert_eq!(
             (degraded.status.as_str(), degraded.reason.as_str()),
-            ("True", "LinkDown")
+            ("True", hcomm_crds::contract::GroupReason::LinkDown.as_str())
         );
         assert_eq!(down.phase, Some(GroupPhase::Degraded));
 
@@ -485,7 +491,7 @@ mod tests {
             find_condition(&back.conditions, CONDITION_DEGRADED)
                 .unwrap()
                 .reason,
-            "Healthy"
+            hcomm_crds::contract::GroupReason::Healthy.as_str()
         );
     }
 
@@ -508,8 +514,14 @@ mod tests {
             now: t0,
         });
         let degraded = find_condition(&status.conditions, CONDITION_DEGRADED).unwrap();
-        assert_eq!(degraded.reason, "VerificationFailed");
+        assert_eq!(
+            degraded.reason,
+            hcomm_crds::contract::GroupReason::VerificationFailed.as_str()
+        );
         let links = find_condition(&status.conditions, CONDITION_LINKS_HEALTHY).unwrap();
-        assert_eq!(links.reason, "LinkDown");
+        assert_eq!(
+            links.reason,
+            hcomm_crds::contract::GroupReason::LinkDown.as_str()
+        );
     }
 }

@@ -16,17 +16,17 @@ use hcomm_crds::contract::{
 /// Reasons the agent writes on Pod conditions (besides the verification ones in
 /// [`crate::nic::verify::reasons`]).
 pub mod reasons {
-    pub const WEIGHTS_SYNCED: &str = "WeightsSynced";
-    pub const SYNC_FAILED: &str = "SyncFailed";
-    pub const JOINED: &str = "Joined";
-    pub const JOIN_FAILED: &str = "JoinFailed";
-    pub const REJOIN_FAILED: &str = "RejoinFailed";
-    pub const LEFT: &str = "Left";
-    pub const READY: &str = "MemberReady";
-    pub const NOT_READY: &str = "NotReady";
-    pub const DRAINING: &str = "Draining";
-    pub const DRAINED: &str = hcomm_crds::contract::reasons::DRAINED;
-    pub const DRAIN_TIMED_OUT: &str = hcomm_crds::contract::reasons::DRAIN_TIMED_OUT;
+    pub const WEIGHTS_SYNCED: &str = hcomm_crds::contract::PodReason::WeightsSynced.as_str();
+    pub const SYNC_FAILED: &str = hcomm_crds::contract::PodReason::SyncFailed.as_str();
+    pub const JOINED: &str = hcomm_crds::contract::PodReason::Joined.as_str();
+    pub const JOIN_FAILED: &str = hcomm_crds::contract::PodReason::JoinFailed.as_str();
+    pub const REJOIN_FAILED: &str = hcomm_crds::contract::PodReason::RejoinFailed.as_str();
+    pub const LEFT: &str = hcomm_crds::contract::PodReason::Left.as_str();
+    pub const READY: &str = hcomm_crds::contract::PodReason::MemberReady.as_str();
+    pub const NOT_READY: &str = hcomm_crds::contract::PodReason::NotReady.as_str();
+    pub const DRAINING: &str = hcomm_crds::contract::PodReason::Draining.as_str();
+    pub const DRAINED: &str = hcomm_crds::contract::PodReason::Drained.as_str();
+    pub const DRAIN_TIMED_OUT: &str = hcomm_crds::contract::PodReason::DrainTimedOut.as_str();
 }
 
 /// Which stage failed.
@@ -416,7 +416,7 @@ mod tests {
     fn ok_verify() -> Event {
         Event::Verified {
             ok: true,
-            reason: "Verified",
+            reason: hcomm_crds::contract::PodReason::Verified.as_str(),
             message: "ok".into(),
         }
     }
@@ -451,7 +451,7 @@ mod tests {
             Event::Start { epoch: 1 },
             ok_verify(),
             Event::WeightsFailed {
-                reason: "DigestMismatch",
+                reason: hcomm_crds::contract::PodReason::DigestMismatch.as_str(),
                 message: "expected sha256:aa, got sha256:bb".into(),
             },
         ]);
@@ -464,14 +464,14 @@ mod tests {
         ));
         assert!(!actions.iter().any(|a| matches!(a, Action::Join { .. })));
         assert!(actions.iter().any(|a| matches!(a,
-            Action::Condition(c) if c.type_ == POD_WEIGHTS_SYNCED && !c.status && c.reason == "DigestMismatch")));
+            Action::Condition(c) if c.type_ == POD_WEIGHTS_SYNCED && !c.status && c.reason == hcomm_crds::contract::PodReason::DigestMismatch.as_str())));
         assert!(actions.iter().any(|a| matches!(
             a,
             Action::Event {
                 warning: true,
-                reason: "DigestMismatch",
+                reason,
                 ..
-            }
+            } if *reason == hcomm_crds::contract::PodReason::DigestMismatch.as_str()
         )));
     }
 
@@ -481,7 +481,7 @@ mod tests {
             Event::Start { epoch: 1 },
             Event::Verified {
                 ok: false,
-                reason: "NicUnreachable",
+                reason: hcomm_crds::contract::PodReason::NicUnreachable.as_str(),
                 message: "mgmt0 ...".into(),
             },
         ]);
@@ -523,15 +523,13 @@ mod tests {
         );
         assert!(a.iter().any(|x| matches!(
             x,
-            Action::Event {
-                reason: "DrainTimedOut",
-                ..
-            }
+            Action::Event { reason, .. }
+                if *reason == hcomm_crds::contract::PodReason::DrainTimedOut.as_str()
         )));
         let (_, a) = step(&p, Event::Left);
         assert!(
             a.iter()
-                .any(|x| matches!(x, Action::Condition(c) if c.reason == "DrainTimedOut"))
+                .any(|x| matches!(x, Action::Condition(c) if c.reason == hcomm_crds::contract::PodReason::DrainTimedOut.as_str()))
         );
     }
 

@@ -228,8 +228,8 @@ impl Run {
             return false;
         };
         let ip = self.chosen.as_ref().map(|c| c.ip.to_string());
-        t.server_of(&self.ctx.cfg.node_name, ip.as_deref())
-            .is_some_and(|s| !t.member_ranks(s, devs).is_empty())
+        super::ranktable::server_of(t, &self.ctx.cfg.node_name, ip.as_deref())
+            .is_some_and(|s| !super::ranktable::member_ranks(&s, devs).is_empty())
     }
 
     async fn refresh(&mut self) -> Result<()> {
@@ -296,7 +296,7 @@ impl Run {
         let Some((table, _)) = self.table.clone() else {
             return Event::Verified {
                 ok: false,
-                reason: "NoRankTable",
+                reason: hcomm_crds::contract::PodReason::NoRankTable.as_str(),
                 message: "no rank table yet".into(),
             };
         };

@@ -99,7 +99,7 @@ impl WorkerConfig {
             .parse()
             .map_err(|e| Error::Config(format!("listen address {listen:?}: {e}")))?;
         let socket = f
-            .take_or_env("agent-socket", "HCOMM_AGENT_SOCKET")
+            .take_or_env("agent-socket", hcomm_crds::contract::env::AGENT_SOCKET)
             .unwrap_or_else(|| DEFAULT_AGENT_SOCKET.into());
         let mut cfg = WorkerConfig::new(pod, listen, socket.into());
         cfg.namespace = namespace;
