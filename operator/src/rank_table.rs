@@ -78,8 +78,12 @@ pub fn build(
 /// The table of [`build`], validated with the rules `backend` can meet.
 ///
 /// `backend: hccl` gets every rule HCCL applies on load; `backend: tcp` is spared the
-/// device-address requirement, because the TCP engine connects host to host and the
-/// operator does not know device addresses yet on nodes that do not report them.
+/// device-address requirement (the TCP engine connects host to host and the operator does
+/// not know device addresses yet on nodes that do not report them) and the rank-block
+/// requirement (a replacement member goes where there is room, so a node may hold
+/// non-adjacent ranks); see [`ValidateOptions`]. An empty
+/// plan (a group scaled to zero or being deleted) publishes the empty table as the
+/// epoch's record: no worker loads it, so HCCL's "at least one rank" rule does not apply.
 pub fn checked(
     members: &[PlannedMember],
     devices_per_member: i32,
@@ -87,7 +91,9 @@ pub fn checked(
     backend: Backend,
 ) -> Result<RankTable, ValidateError> {
     let table = RankTable::V1(build(members, devices_per_member, nodes));
-    validate(&table, ValidateOptions::for_backend(backend))?;
+    if !members.is_empty() {
+        validate(&table, ValidateOptions::for_backend(backend))?;
+    }
     Ok(table)
 }
 
@@ -215,6 +221,30 @@ mod tests {
                 device_id: 0
             })
         );
+    }
+
+    #[test]
+    fn a_replacement_on_a_node_with_other_ranks_is_published_for_tcp() {
+        // n1 holds ranks 0 and 2, n2 rank 1: what elastic placement leaves after a
+        // replacement went where there was room.
+        let members = [
+            member(0, "n1", &[0]),
+            member(1, "n2", &[0]),
+            member(2, "n1", &[1]),
+        ];
+        let table = checked(&members, 1, &[], Backend::Tcp).unwrap();
+        assert_eq!(table.world(), 3);
+        assert!(matches!(
+            checked(&members, 1, &[], Backend::Hccl),
+            Err(ValidateError::RanksNotContiguous { .. })
+        ));
+    }
+
+    #[test]
+    fn an_empty_plan_publishes_the_empty_table() {
+        let table = checked(&[], 2, &[], Backend::Hccl).unwrap();
+        assert_eq!(table.world(), 0);
+        assert!(table.to_json().contains(r#""server_count": "0""#));
     }
 
     #[test]

@@ -18,11 +18,15 @@ pub use hcomm_crds::rank_table::{
 };
 
 /// Parses a published table and checks it against the rules every backend needs (the
-/// TCP set: HCCL itself adds the device-address requirement when it loads the file).
+/// TCP set: HCCL itself adds the device-address requirement when it loads the file). An
+/// empty table is what the operator publishes for a group without members (scaled to zero
+/// or being deleted); it parses, and no member finds itself in it.
 pub fn parse(json: &str) -> Result<RankTable, String> {
     let table = RankTable::parse(json).map_err(|e| e.to_string())?;
-    hcomm_crds::rank_table::validate(&table, ValidateOptions::TCP)
-        .map_err(|e| format!("invalid rank table: {e}"))?;
+    if table.world() > 0 {
+        hcomm_crds::rank_table::validate(&table, ValidateOptions::TCP)
+            .map_err(|e| format!("invalid rank table: {e}"))?;
+    }
     Ok(table)
 }
 
@@ -141,6 +145,15 @@ mod tests {
             {"device_id":"0","rank_id":"0"},{"device_id":"1","rank_id":"2"}]}]}"#;
         assert!(parse(bad).unwrap_err().contains("out of range"));
         assert!(parse("{").is_err());
+    }
+
+    #[test]
+    fn the_empty_table_of_a_group_without_members_parses() {
+        let t =
+            parse(r#"{"version":"1.0","server_count":"0","status":"completed","server_list":[]}"#)
+                .unwrap();
+        assert_eq!(t.world(), 0);
+        assert!(plan(&t, "host-0", None, &[0], 29600).is_err());
     }
 
     #[test]

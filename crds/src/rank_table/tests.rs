@@ -205,6 +205,19 @@ fn a_server_whose_ranks_have_a_hole_is_refused() {
 }
 
 #[test]
+fn non_adjacent_ranks_on_a_server_are_fine_for_tcp_only() {
+    let mut t = v1_table(2, 2, 1, false);
+    t.server_list[0].device[1].rank_id = 2;
+    t.server_list[1].device[0].rank_id = 1;
+    let t = RankTable::V1(t);
+    assert_eq!(validate(&t, ValidateOptions::TCP), Ok(()));
+    assert!(matches!(
+        validate(&t, ValidateOptions::HCCL),
+        Err(ValidateError::RanksNotContiguous { .. })
+    ));
+}
+
+#[test]
 fn servers_listed_out_of_rank_order_are_refused() {
     let mut t = v1_table(2, 2, 1, true);
     t.server_list.swap(0, 1);

@@ -4,7 +4,7 @@
 //!
 //! Rules (HCCL `topoinfo_ranktableParser`, error EI0004/EI0014): rank ids unique and exactly
 //! `0..n-1`; each server's ranks contiguous and the servers' rank blocks in table order (no
-//! interleaving); `server_count == len(server_list)`; device ids unique per server;
+//! interleaving; [`ValidateOptions::contiguous_server_ranks`]); `server_count == len(server_list)`; device ids unique per server;
 //! `device_ip` on every device or on none, unique across the table, and required when the
 //! table has more than one server; v1.2: every server in exactly one super pod and
 //! `super_device_id` unique per super pod.
@@ -22,16 +22,25 @@ pub struct ValidateOptions {
     /// whose inventory reports them — so for `backend: tcp` a multi-server table without
     /// device addresses is valid. The all-or-none and uniqueness rules apply either way.
     pub require_device_ips: bool,
+    /// Require each server's ranks to be one contiguous block and the blocks to follow
+    /// `server_list` order, as HCCL does (its ring and mesh algorithms assume a server's
+    /// devices are adjacent ranks). The TCP engine has no such assumption, and the
+    /// operator's elastic placement puts a replacement member wherever there is room, so a
+    /// node can hold non-adjacent ranks (`[0, 2, 3]`) after a failure; placement that keeps
+    /// blocks contiguous is needed before `backend: hccl` can scale elastically.
+    pub contiguous_server_ranks: bool,
 }
 
 impl ValidateOptions {
     /// Every rule HCCL applies (`backend: hccl`).
     pub const HCCL: Self = Self {
         require_device_ips: true,
+        contiguous_server_ranks: true,
     };
-    /// HCCL's rules minus the device-address requirement (`backend: tcp`).
+    /// HCCL's rules minus the device-address and rank-block requirements (`backend: tcp`).
     pub const TCP: Self = Self {
         require_device_ips: false,
+        contiguous_server_ranks: false,
     };
 
     /// The rule set for a group's backend.
@@ -105,7 +114,7 @@ pub enum ValidateError {
 /// Checks `table` against HCCL's load rules (those `options` select).
 pub fn validate(table: &RankTable, options: ValidateOptions) -> Result<(), ValidateError> {
     let servers = table.servers();
-    ranks(&servers)?;
+    ranks(&servers, options)?;
     server_count(table, servers.len())?;
     device_ids(&servers)?;
     device_ips(&servers, options)?;
@@ -115,7 +124,7 @@ pub fn validate(table: &RankTable, options: ValidateOptions) -> Result<(), Valid
     Ok(())
 }
 
-fn ranks(servers: &[ServerView<'_>]) -> Result<(), ValidateError> {
+fn ranks(servers: &[ServerView<'_>], options: ValidateOptions) -> Result<(), ValidateError> {
     let world: usize = servers.iter().map(|s| s.devices.len()).sum();
     if world == 0 {
         return Err(ValidateError::Empty);
@@ -131,6 +140,9 @@ fn ranks(servers: &[ServerView<'_>]) -> Result<(), ValidateError> {
         if usize::try_from(rank).ok().is_none_or(|r| r >= world) {
             return Err(ValidateError::RankOutOfRange { rank, world });
         }
+    }
+    if !options.contiguous_server_ranks {
+        return Ok(());
     }
     let mut previous_last: Option<u32> = None;
     for server in servers {
