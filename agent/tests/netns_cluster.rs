@@ -104,13 +104,17 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
     let (reason, message) = wait_condition(
         &pods,
         "gcut-2",
-        "hcomm.io/verified",
+        hcomm_crds::contract::POD_VERIFIED,
         "False",
         Duration::from_secs(CONNECT_TIMEOUT_S + 10),
     )
     .await?;
     let took = created.elapsed();
-    assert_eq!(reason, "NicUnreachable", "{message}");
+    assert_eq!(
+        reason,
+        hcomm_crds::contract::PodReason::NicUnreachable.as_str(),
+        "{message}"
+    );
     for part in [
         "data0",
         hosts.hosts()[0].name(),
@@ -124,7 +128,7 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
         "refused after {took:?}"
     );
     assert_ne!(
-        condition(&pods, "gcut-2", "hcomm.io/member-ready")
+        condition(&pods, "gcut-2", hcomm_crds::contract::POD_MEMBER_READY)
             .await
             .map(|c| c.0),
         Some("True".into())
@@ -132,7 +136,8 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
     hosts.restore_data(2)?;
     pods.delete_collection(
         &Default::default(),
-        &kube::api::ListParams::default().labels("hcomm.io/group=gcut"),
+        &kube::api::ListParams::default()
+            .labels(&format!("{}=gcut", hcomm_crds::contract::LABEL_GROUP)),
     )
     .await?;
 
@@ -146,7 +151,7 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
         wait_condition(
             &pods,
             p,
-            "hcomm.io/verified",
+            hcomm_crds::contract::POD_VERIFIED,
             "True",
             Duration::from_secs(30),
         )
@@ -154,7 +159,7 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
         wait_condition(
             &pods,
             p,
-            "hcomm.io/weights-synced",
+            hcomm_crds::contract::POD_WEIGHTS_SYNCED,
             "True",
             Duration::from_secs(30),
         )
@@ -162,7 +167,7 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
         wait_condition(
             &pods,
             p,
-            "hcomm.io/member-ready",
+            hcomm_crds::contract::POD_MEMBER_READY,
             "True",
             Duration::from_secs(60),
         )
@@ -185,21 +190,21 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
         "gok-1",
         &PatchParams::default(),
         &Patch::Merge(json!({
-            "metadata": {"annotations": {"hcomm.io/drain-requested": now}}
+            "metadata": {"annotations": {(hcomm_crds::contract::ANNOTATION_DRAIN_REQUESTED): now}}
         })),
     )
     .await?;
     wait_condition(
         &pods,
         "gok-1",
-        "hcomm.io/member-ready",
+        hcomm_crds::contract::POD_MEMBER_READY,
         "False",
         Duration::from_secs(10),
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_ne!(
-        condition(&pods, "gok-1", "hcomm.io/drained")
+        condition(&pods, "gok-1", hcomm_crds::contract::POD_DRAINED)
             .await
             .map(|c| c.0),
         Some("True".into()),
@@ -215,7 +220,7 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
     let (reason, _) = wait_condition(
         &pods,
         "gok-1",
-        "hcomm.io/drained",
+        hcomm_crds::contract::POD_DRAINED,
         "True",
         Duration::from_secs(10),
     )
@@ -223,7 +228,7 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
     assert_eq!(reason, "Drained");
     // The other member kept its gate.
     assert_eq!(
-        condition(&pods, "gok-0", "hcomm.io/member-ready")
+        condition(&pods, "gok-0", hcomm_crds::contract::POD_MEMBER_READY)
             .await
             .map(|c| c.0),
         Some("True".into())
@@ -249,7 +254,7 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
     let (reason, message) = wait_condition(
         &pods,
         "gw-0",
-        "hcomm.io/weights-synced",
+        hcomm_crds::contract::POD_WEIGHTS_SYNCED,
         "True",
         Duration::from_secs(60),
     )
@@ -262,7 +267,7 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
     let (reason, message) = wait_condition(
         &pods,
         "gw-1",
-        "hcomm.io/weights-synced",
+        hcomm_crds::contract::POD_WEIGHTS_SYNCED,
         "True",
         Duration::from_secs(60),
     )
@@ -295,12 +300,16 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
     let (reason, message) = wait_condition(
         &pods,
         "gbad-0",
-        "hcomm.io/weights-synced",
+        hcomm_crds::contract::POD_WEIGHTS_SYNCED,
         "False",
         Duration::from_secs(60),
     )
     .await?;
-    assert_eq!(reason, "DigestMismatch", "{message}");
+    assert_eq!(
+        reason,
+        hcomm_crds::contract::PodReason::DigestMismatch.as_str(),
+        "{message}"
+    );
     assert!(message.contains(&digest.to_string()), "{message}");
     assert!(
         !agents
@@ -340,7 +349,7 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
             "--probe-secret-file",
             &secret.display().to_string(),
         ])
-        .env_remove("HCCL_SOCKET_IFNAME")
+        .env_remove(hcomm_crds::contract::env::SOCKET_IFNAME)
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(2), "{text}");

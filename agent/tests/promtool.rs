@@ -11,7 +11,7 @@ fn the_agent_metrics_pass_promtool() {
     metrics.phase_change(Some(&Phase::Pending), &Phase::Verifying);
     metrics
         .verifications
-        .with_label_values(&["NicUnreachable"])
+        .with_label_values(&[hcomm_crds::contract::PodReason::NicUnreachable.as_str()])
         .inc();
     metrics.sync_bytes.inc_by(4 << 20);
     metrics.sync_throughput.set(1.1e8);

@@ -194,7 +194,14 @@ async fn check_joiner(
     digest: &Digest,
     within: Duration,
 ) -> Result<String> {
-    let (_, message) = wait_condition(pods, pod, "hcomm.io/weights-synced", "True", within).await?;
+    let (_, message) = wait_condition(
+        pods,
+        pod,
+        hcomm_crds::contract::POD_WEIGHTS_SYNCED,
+        "True",
+        within,
+    )
+    .await?;
     ensure!(message.contains("fetched from peers"), "{pod}: {message}");
     let link = agent
         .weights_dir
@@ -336,7 +343,7 @@ async fn scenario(hosts: &SimHosts, work: &TempPaths) -> Result<()> {
     wait_event(
         &client,
         &p1,
-        "WeightsSourceLost",
+        hcomm_crds::contract::PodReason::WeightsSourceLost.as_str(),
         &addr(KILLED_IN_PHASE_1),
         Duration::from_secs(10),
     )
@@ -344,7 +351,7 @@ async fn scenario(hosts: &SimHosts, work: &TempPaths) -> Result<()> {
     wait_event(
         &client,
         &p1,
-        "CorruptWeightsChunk",
+        hcomm_crds::contract::PodReason::CorruptWeightsChunk.as_str(),
         &addr(CORRUPT),
         Duration::from_secs(10),
     )
@@ -395,7 +402,7 @@ async fn scenario(hosts: &SimHosts, work: &TempPaths) -> Result<()> {
     wait_event(
         &client,
         &joiner_pods,
-        "WeightsSourceLost",
+        hcomm_crds::contract::PodReason::WeightsSourceLost.as_str(),
         &addr(KILLED_IN_PHASE_2),
         Duration::from_secs(10),
     )
@@ -403,7 +410,7 @@ async fn scenario(hosts: &SimHosts, work: &TempPaths) -> Result<()> {
     wait_event(
         &client,
         &joiner_pods,
-        "CorruptWeightsChunk",
+        hcomm_crds::contract::PodReason::CorruptWeightsChunk.as_str(),
         &addr(CORRUPT),
         Duration::from_secs(10),
     )

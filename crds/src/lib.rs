@@ -1,6 +1,7 @@
 //! The hcomm API (`hcomm.io/v1alpha1`): the types users write (`HcommGroup`), the types the
-//! node agents publish (`HcommNode`), and the contract between operator, agent and worker
-//! (label, annotation and condition names).
+//! node agents publish (`HcommNode`), and the contract between operator, agent and worker:
+//! label, annotation and condition names and the workers' environment ([`contract`]), the
+//! HCCL rank table ([`rank_table`]) and the local worker API ([`local_api`]).
 //!
 //! Everything here is declared once, in Rust; the CRD YAML under `crds/` is generated from
 //! these types by `cargo crdgen` and a test fails when the two drift apart. This crate has
@@ -9,12 +10,14 @@
 pub mod conditions;
 pub mod contract;
 pub mod group;
+pub mod local_api;
 pub mod node;
+pub mod rank_table;
 
 pub use group::{
     Algorithm, Backend, CommSpec, GroupPhase, HcommGroup, HcommGroupSpec, HcommGroupStatus,
-    MemberPhase, MemberStatus, RankRange, Role, ScalingSpec, ScalingStrategy, SubgroupScope,
-    SubgroupSpec, TopologyEntry, WeightsSpec,
+    MemberPhase, MemberStatus, RankRange, Role, ScalingSpec, ScalingStrategy, TopologyEntry,
+    WeightsSpec,
 };
 pub use node::{
     DeviceHealth, DeviceInventory, HcommNode, HcommNodeSpec, HcommNodeStatus, LinkTestResult,
@@ -28,6 +31,8 @@ use kube::CustomResourceExt;
 pub const API_GROUP: &str = "hcomm.io";
 /// The one served and stored version.
 pub const API_VERSION: &str = "v1alpha1";
+/// `apiVersion` of every hcomm object: `hcomm.io/v1alpha1`.
+pub const API_GROUP_VERSION: &str = "hcomm.io/v1alpha1";
 
 /// Every CRD this crate defines, in install order.
 pub fn all_crds() -> Vec<CustomResourceDefinition> {

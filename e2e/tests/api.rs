@@ -219,11 +219,12 @@ fn bad_cases() -> Vec<BadCase> {
             expected: &["spec.template", "must list at least one container"],
         },
         BadCase {
-            name: "member-subgroup-not-dividing",
-            mutate: |v| {
-                v["spec"]["subgroups"] = json!([{"name": "tp", "scope": "Member", "size": 4}])
-            },
-            expected: &["spec.subgroups", "size that divides devicesPerMember"],
+            name: "http-weights-source",
+            mutate: |v| v["spec"]["weights"]["source"] = json!("https://hub.example/m1"),
+            expected: &[
+                "spec.weights.source",
+                "http(s) sources are not supported yet",
+            ],
         },
     ]
 }
@@ -290,8 +291,7 @@ async fn the_api_server_enforces_the_hcomm_api() -> Result<()> {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 
-    // Valid edge values are accepted: zero replicas, exact and excluding NIC lists, no
-    // subgroups at all.
+    // Valid edge values are accepted: zero replicas, exact and excluding NIC lists.
     for (name, ifname, replicas) in [
         ("zero", "=data0", 0),
         ("exclude", "^lo,docker", 1),
@@ -300,9 +300,6 @@ async fn the_api_server_enforces_the_hcomm_api() -> Result<()> {
         let body = manifest(name, |v| {
             v["spec"]["replicas"] = json!(replicas);
             v["spec"]["comm"]["socketIfname"] = json!(ifname);
-            if let Some(spec) = v["spec"].as_object_mut() {
-                spec.remove("subgroups");
-            }
         })?;
         let out = kubectl(&cp, &["apply", "-f", "-"], Some(&body))?;
         assert!(
@@ -365,7 +362,10 @@ async fn the_api_server_enforces_the_hcomm_api() -> Result<()> {
 
     // `kubectl explain` shows the field docs written for cluster users.
     let explain = stdout_of(&cp, &["explain", "hcommgroup.spec.comm.socketIfname"])?;
-    assert!(explain.contains("HCCL_SOCKET_IFNAME"), "{explain}");
+    assert!(
+        explain.contains(hcomm_crds::contract::env::SOCKET_IFNAME),
+        "{explain}"
+    );
 
     cp.stop()?;
     Ok(())

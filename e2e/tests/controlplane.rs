@@ -257,13 +257,13 @@ fn a_fake_node_becomes_ready_and_a_scheduled_pod_reaches_running() {
             ..options()
         })
         .await?;
-        let labels = BTreeMap::from([("hcomm.io/test".to_owned(), "yes".to_owned())]);
+        let labels = BTreeMap::from([("hcomm-e2e.test/marker".to_owned(), "yes".to_owned())]);
         let node = cp.create_fake_node("npu-node-0", labels).await?;
         ensure!(
             node.metadata
                 .labels
                 .unwrap_or_default()
-                .get("hcomm.io/test")
+                .get("hcomm-e2e.test/marker")
                 .map(String::as_str)
                 == Some("yes")
         );
@@ -304,7 +304,7 @@ fn pod_readiness_follows_its_readiness_gate_like_a_kubelet() {
         .await?;
         cp.create_fake_node("npu-node-0", BTreeMap::new()).await?;
         let pods: Api<Pod> = Api::namespaced(cp.client().await?, "default");
-        let gate = "hcomm.io/member-ready";
+        let gate = hcomm_crds::contract::POD_MEMBER_READY;
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": { "name": "member" },
             "spec": {

@@ -118,15 +118,18 @@ pub fn rank_table_config_map(
     plan: &Plan,
 ) -> Result<ConfigMap> {
     let name = group.name_any();
-    let table = rank_table::build(
+    let table = rank_table::checked(
         &plan.members,
         group.spec.devices_per_member,
         &observed.nodes,
-    );
-    let json = serde_json::to_string_pretty(&table).map_err(|source| Error::Serialize {
-        what: "rank table",
+        group.spec.comm.backend,
+    )
+    .map_err(|source| Error::InvalidRankTable {
+        group: format!("{}/{name}", group.namespace().unwrap_or_default()),
+        epoch: plan.epoch,
         source,
     })?;
+    let json = table.to_json();
     let members: Vec<&str> = plan.members.iter().map(|m| m.name.as_str()).collect();
     Ok(ConfigMap {
         metadata: ObjectMeta {

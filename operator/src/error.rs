@@ -17,6 +17,18 @@ pub enum Error {
         /// What is wrong, for people.
         reason: String,
     },
+    /// The planned rank table breaks a rule HCCL applies on load; it is not published and
+    /// the group keeps its previous table until the plan or the inventory changes.
+    #[error("rank table of HcommGroup {group} at epoch {epoch} is invalid: {source}")]
+    InvalidRankTable {
+        /// namespace/name of the group.
+        group: String,
+        /// The epoch the table was planned for.
+        epoch: i64,
+        /// The rule the table breaks.
+        #[source]
+        source: hcomm_crds::rank_table::ValidateError,
+    },
     /// A call to the API server failed.
     #[error("{action}: {source}")]
     Kube {
@@ -70,13 +82,14 @@ impl Error {
     /// The short, fixed category of this error: a metric label and an Event reason.
     pub fn category(&self) -> &'static str {
         match self {
-            Self::InvalidSpec { .. } => "InvalidSpec",
+            Self::InvalidSpec { .. } => hcomm_crds::contract::GroupReason::InvalidSpec.as_str(),
             Self::Kube { source, .. } => match source {
                 kube::Error::Api(status) if status.code == 409 => "Conflict",
                 kube::Error::Api(status) if status.code == 404 => "NotFound",
                 kube::Error::Api(_) => "ApiError",
                 _ => "ClientError",
             },
+            Self::InvalidRankTable { .. } => "InvalidRankTable",
             Self::Serialize { .. } => "Serialization",
             Self::MissingField { .. } => "MissingField",
             Self::LeaseLost { .. } => "LeaseLost",
@@ -111,7 +124,10 @@ mod tests {
             group: "default/x".into(),
             reason: "bad".into(),
         };
-        assert_eq!(error.category(), "InvalidSpec");
+        assert_eq!(
+            error.category(),
+            hcomm_crds::contract::GroupReason::InvalidSpec.as_str()
+        );
         assert_eq!(error.retry_after(), None);
     }
 

@@ -47,7 +47,7 @@ pub fn for_round(
     if after.epoch != before.epoch {
         notes.push(note(
             false,
-            "EpochChanged",
+            hcomm_crds::contract::GroupReason::EpochChanged.as_str(),
             format!(
                 "epoch {} → {} ({} ranks planned)",
                 before.epoch,
@@ -59,14 +59,14 @@ pub fn for_round(
     for name in &outcome.created {
         notes.push(note(
             false,
-            "MemberCreated",
+            hcomm_crds::contract::GroupReason::MemberCreated.as_str(),
             format!("member {name} created"),
         ));
     }
     for name in &outcome.drain_requested {
         notes.push(note(
             false,
-            "DrainRequested",
+            hcomm_crds::contract::GroupReason::DrainRequested.as_str(),
             format!("member {name} asked to drain"),
         ));
     }
@@ -79,7 +79,7 @@ pub fn for_round(
         };
         notes.push(note(
             false,
-            "MemberDeleted",
+            hcomm_crds::contract::GroupReason::MemberDeleted.as_str(),
             format!("member {} deleted ({why})", removal.name),
         ));
     }
@@ -202,28 +202,42 @@ mod tests {
 
     #[test]
     fn link_events_only_on_flips() {
-        let up = with_links("True", "AllLinksUp", "all 2 link(s) answered");
+        let up = with_links(
+            "True",
+            hcomm_crds::contract::GroupReason::AllLinksUp.as_str(),
+            "all 2 link(s) answered",
+        );
         let down = with_links(
             "False",
-            "LinkDown",
+            hcomm_crds::contract::GroupReason::LinkDown.as_str(),
             "1 of 2 link(s) down: n1 → n2 (10.0.0.2) at t1",
         );
         let down_later = with_links(
             "False",
-            "LinkDown",
+            hcomm_crds::contract::GroupReason::LinkDown.as_str(),
             "1 of 2 link(s) down: n1 → n2 (10.0.0.2) at t2",
         );
-        let unknown = with_links("Unknown", "NoRecentProbe", "n1 → n2 never probed");
+        let unknown = with_links(
+            "Unknown",
+            hcomm_crds::contract::GroupReason::NoRecentProbe.as_str(),
+            "n1 → n2 never probed",
+        );
         let o = Outcome::default();
 
         let notes = for_round(&up, &down, &o);
         assert_eq!(notes.len(), 1);
-        assert!(notes[0].warning && notes[0].reason == "LinkDown");
+        assert!(
+            notes[0].warning
+                && notes[0].reason == hcomm_crds::contract::GroupReason::LinkDown.as_str()
+        );
         assert!(notes[0].message.contains("n1 → n2 (10.0.0.2)"));
         assert!(for_round(&down, &down_later, &o).is_empty());
         let notes = for_round(&down_later, &up, &o);
         assert_eq!(notes.len(), 1);
-        assert!(!notes[0].warning && notes[0].reason == "LinksRecovered");
+        assert!(
+            !notes[0].warning
+                && notes[0].reason == hcomm_crds::contract::GroupReason::LinksRecovered.as_str()
+        );
         // From "not yet probed" to healthy nothing recovered.
         assert!(for_round(&unknown, &up, &o).is_empty());
         assert_eq!(for_round(&unknown, &down, &o).len(), 1);
@@ -231,13 +245,21 @@ mod tests {
 
     #[test]
     fn a_link_down_on_degraded_is_not_repeated_beside_the_links_event() {
-        let up = with_links("True", "AllLinksUp", "ok");
-        let mut down = with_links("False", "LinkDown", "down: n1 → n2 (10.0.0.2) at t1");
+        let up = with_links(
+            "True",
+            hcomm_crds::contract::GroupReason::AllLinksUp.as_str(),
+            "ok",
+        );
+        let mut down = with_links(
+            "False",
+            hcomm_crds::contract::GroupReason::LinkDown.as_str(),
+            "down: n1 → n2 (10.0.0.2) at t1",
+        );
         hcomm_crds::conditions::set_condition(
             &mut down.conditions,
             CONDITION_DEGRADED,
             hcomm_crds::conditions::ConditionStatus::True,
-            "LinkDown",
+            hcomm_crds::contract::GroupReason::LinkDown.as_str(),
             "link(s) down: n1 → n2 (10.0.0.2)",
             Some(1),
             k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
@@ -267,6 +289,11 @@ mod tests {
         let notes = for_round(&before, &after, &Outcome::default());
         assert_eq!(notes.len(), 1);
         assert_eq!(notes[0].reason, "MemberFailed");
-        assert!(notes[0].warning && notes[0].message.contains("NicUnreachable"));
+        assert!(
+            notes[0].warning
+                && notes[0]
+                    .message
+                    .contains(hcomm_crds::contract::PodReason::NicUnreachable.as_str())
+        );
     }
 }

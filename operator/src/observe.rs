@@ -17,9 +17,7 @@ use crate::phase::{self, ObservedMember, parse_devices};
 use crate::planner::{Device, NodeInventory, Recorded};
 use crate::rank_table::{EPOCH_KEY, MEMBERS_KEY, config_map_name};
 
-/// Annotation on the `HcommGroup` (operator-written): nodes where members failed recently,
-/// comma separated, newest last; replacements avoid them when they can.
-pub const ANNOTATION_AVOID_NODES: &str = "hcomm.io/avoid-nodes";
+pub use hcomm_crds::contract::ANNOTATION_AVOID_NODES;
 
 /// What the cluster holds about one group.
 #[derive(Debug, Clone, Default)]

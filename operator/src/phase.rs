@@ -8,21 +8,10 @@ use hcomm_crds::MemberPhase;
 use hcomm_crds::contract::{
     ANNOTATION_DEVICES, ANNOTATION_DRAIN_REQUESTED, ANNOTATION_WEIGHTS_DIGEST, LABEL_EPOCH,
     LABEL_MEMBER_INDEX, POD_DRAINED, POD_JOINED, POD_MEMBER_READY, POD_VERIFIED,
-    POD_WEIGHTS_SYNCED,
+    POD_WEIGHTS_SYNCED, PodReason,
 };
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::jiff::Timestamp;
-
-/// Reasons on `hcomm.io/joined=False` that mean the member will never join; any
-/// `hcomm.io/verified=False` is terminal as well.
-pub const TERMINAL_JOIN_REASONS: &[&str] = &[
-    "JoinFailed",
-    "NicUnreachable",
-    "DeviceMismatch",
-    "VersionMismatch",
-    "ShmTooSmall",
-    "EpochRejected",
-];
 
 /// The planner's view of one member Pod.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,6 +56,16 @@ impl ObservedMember {
     pub fn in_set(&self) -> bool {
         self.drain_requested_at.is_none() && !self.deleting
     }
+}
+
+/// Whether a reason on `hcomm.io/joined=False` means the member will never join
+/// ([`PodReason::TERMINAL_JOIN`]); any `hcomm.io/verified=False` is terminal as well. A
+/// reason this operator does not know (a newer agent) is not terminal: the member stays
+/// Joining and the join deadline decides.
+pub fn is_terminal_join_reason(reason: &str) -> bool {
+    reason
+        .parse::<PodReason>()
+        .is_ok_and(|r| PodReason::TERMINAL_JOIN.contains(&r))
 }
 
 /// Reads a member Pod; `None` when it lacks the member-index label (not a member).
@@ -149,7 +148,7 @@ pub fn derive_phase(
         (Some(v), _) if v.status == "False" => Some(v),
         (_, Some(j))
             if j.status == "False"
-                && TERMINAL_JOIN_REASONS.contains(&j.reason.as_deref().unwrap_or_default()) =>
+                && is_terminal_join_reason(j.reason.as_deref().unwrap_or_default()) =>
         {
             Some(j)
         }
@@ -221,11 +220,11 @@ mod tests {
     fn phases_follow_the_agent_conditions_forward() {
         let mut c = vec![];
         assert_eq!(derive_phase(&c, true, false).0, MemberPhase::Verifying);
-        c.push(cond(POD_VERIFIED, "True", "Verified"));
+        c.push(cond(POD_VERIFIED, "True", PodReason::Verified.as_str()));
         assert_eq!(derive_phase(&c, true, false).0, MemberPhase::Syncing);
         c.push(cond(POD_WEIGHTS_SYNCED, "True", "Synced"));
         assert_eq!(derive_phase(&c, true, false).0, MemberPhase::Joining);
-        c.push(cond(POD_JOINED, "True", "Joined"));
+        c.push(cond(POD_JOINED, "True", PodReason::Joined.as_str()));
         assert_eq!(derive_phase(&c, true, false).0, MemberPhase::Joining);
         c.push(cond(POD_MEMBER_READY, "True", "Ready"));
         assert_eq!(derive_phase(&c, true, false).0, MemberPhase::Ready);
@@ -236,16 +235,24 @@ mod tests {
 
     #[test]
     fn verified_false_is_failed_with_the_agent_reason_in_the_message() {
-        let c = vec![cond(POD_VERIFIED, "False", "NicUnreachable")];
+        let c = vec![cond(
+            POD_VERIFIED,
+            "False",
+            PodReason::NicUnreachable.as_str(),
+        )];
         let (phase, failed, message) = derive_phase(&c, true, false);
         assert_eq!(phase, MemberPhase::Failed);
         assert!(failed);
-        assert!(message.unwrap().contains("NicUnreachable"));
+        assert!(
+            message
+                .unwrap()
+                .contains(PodReason::NicUnreachable.as_str())
+        );
     }
 
     #[test]
     fn joined_false_is_failed_only_for_terminal_reasons() {
-        let verified = cond(POD_VERIFIED, "True", "Verified");
+        let verified = cond(POD_VERIFIED, "True", PodReason::Verified.as_str());
         let synced = cond(POD_WEIGHTS_SYNCED, "True", "Synced");
         let waiting = vec![
             verified.clone(),
@@ -253,8 +260,21 @@ mod tests {
             cond(POD_JOINED, "False", "Joining"),
         ];
         assert_eq!(derive_phase(&waiting, true, false).0, MemberPhase::Joining);
-        let broken = vec![verified, synced, cond(POD_JOINED, "False", "JoinFailed")];
+        let broken = vec![
+            verified,
+            synced,
+            cond(POD_JOINED, "False", PodReason::JoinFailed.as_str()),
+        ];
         assert_eq!(derive_phase(&broken, true, false).0, MemberPhase::Failed);
+    }
+
+    #[test]
+    fn terminal_join_reasons_come_from_the_contract_enum() {
+        for reason in PodReason::TERMINAL_JOIN {
+            assert!(is_terminal_join_reason(reason.as_str()), "{reason}");
+        }
+        assert!(!is_terminal_join_reason(PodReason::NotReady.as_str()));
+        assert!(!is_terminal_join_reason("SomethingNewer"));
     }
 
     #[test]

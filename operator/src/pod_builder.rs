@@ -62,18 +62,27 @@ pub fn build(group: &HcommGroup, member: &PlannedMember, epoch: i64, world_size:
     }
 
     let mut env = vec![
-        var("HCOMM_GROUP", &name),
-        var("HCOMM_MEMBER_INDEX", &member.index.to_string()),
-        var("HCOMM_EPOCH", &epoch.to_string()),
-        var("RANK_ID", &(member.index * dpm).to_string()),
-        var("RANK_SIZE", &world_size.to_string()),
-        var("LOCAL_RANK_SIZE", &dpm.to_string()),
-        var("ASCEND_VISIBLE_DEVICES", &devices),
-        var("RANK_TABLE_FILE", RANK_TABLE_FILE),
-        var("HCOMM_BACKEND", backend(spec_)),
+        var(hcomm_crds::contract::env::GROUP, &name),
+        var(
+            hcomm_crds::contract::env::MEMBER_INDEX,
+            &member.index.to_string(),
+        ),
+        var(hcomm_crds::contract::env::EPOCH, &epoch.to_string()),
+        var(
+            hcomm_crds::contract::env::RANK_ID,
+            &(member.index * dpm).to_string(),
+        ),
+        var(
+            hcomm_crds::contract::env::RANK_SIZE,
+            &world_size.to_string(),
+        ),
+        var(hcomm_crds::contract::env::LOCAL_RANK_SIZE, &dpm.to_string()),
+        var(hcomm_crds::contract::env::VISIBLE_DEVICES, &devices),
+        var(hcomm_crds::contract::env::RANK_TABLE_FILE, RANK_TABLE_FILE),
+        var(hcomm_crds::contract::env::BACKEND, backend(spec_)),
     ];
     if let Some(ifname) = &spec_.comm.socket_ifname {
-        env.push(var("HCCL_SOCKET_IFNAME", ifname));
+        env.push(var(hcomm_crds::contract::env::SOCKET_IFNAME, ifname));
     }
 
     let mut pod_spec: PodSpec = template.spec.unwrap_or_default();
@@ -148,25 +157,27 @@ fn join(devices: &[i32]) -> String {
 pub(crate) mod tests {
     use super::*;
 
-    pub(crate) fn group(yaml: &str) -> HcommGroup {
-        let mut group: HcommGroup = serde_json::from_str(yaml).expect("valid group JSON");
+    pub(crate) fn group(json: serde_json::Value) -> HcommGroup {
+        let mut group: HcommGroup = serde_json::from_value(json).expect("valid group JSON");
         group.metadata.uid = Some("uid-1".into());
         group
     }
 
-    pub(crate) const DECODE: &str = r#"{
-        "apiVersion": "hcomm.io/v1alpha1", "kind": "HcommGroup",
-        "metadata": {"name": "decode", "namespace": "ns"},
-        "spec": {"replicas": 2, "role": "decode", "devicesPerMember": 2,
-                 "comm": {"backend": "tcp", "socketIfname": "=data0"},
-                 "template": {"metadata": {"labels": {"app": "w"}},
-                              "spec": {"containers": [{"name": "worker", "image": "w",
-                                        "env": [{"name": "RANK_ID", "value": "stale"}]}]}}}
-    }"#;
+    pub(crate) fn decode() -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": hcomm_crds::API_GROUP_VERSION, "kind": "HcommGroup",
+            "metadata": {"name": "decode", "namespace": "ns"},
+            "spec": {"replicas": 2, "role": "decode", "devicesPerMember": 2,
+                     "comm": {"backend": "tcp", "socketIfname": "=data0"},
+                     "template": {"metadata": {"labels": {"app": "w"}},
+                                  "spec": {"containers": [{"name": "worker", "image": "w",
+                                            "env": [{"name": hcomm_crds::contract::env::RANK_ID, "value": "stale"}]}]}}}
+        })
+    }
 
     #[test]
     fn a_member_pod_carries_labels_gate_env_volume_node_and_owner() {
-        let g = group(DECODE);
+        let g = group(decode());
         let member = PlannedMember {
             name: "decode-1-e3".into(),
             index: 1,
@@ -204,14 +215,21 @@ pub(crate) mod tests {
             .into_iter()
             .map(|e| (e.name, e.value.unwrap_or_default()))
             .collect();
-        assert_eq!(env["RANK_ID"], "2", "the plan overrides the template");
-        assert_eq!(env["RANK_SIZE"], "4");
-        assert_eq!(env["LOCAL_RANK_SIZE"], "2");
-        assert_eq!(env["ASCEND_VISIBLE_DEVICES"], "2,3");
-        assert_eq!(env["HCCL_SOCKET_IFNAME"], "=data0");
-        assert_eq!(env["RANK_TABLE_FILE"], RANK_TABLE_FILE);
-        assert_eq!(env["HCOMM_BACKEND"], "tcp");
-        assert_eq!(env["HCOMM_EPOCH"], "3");
+        assert_eq!(
+            env[hcomm_crds::contract::env::RANK_ID],
+            "2",
+            "the plan overrides the template"
+        );
+        assert_eq!(env[hcomm_crds::contract::env::RANK_SIZE], "4");
+        assert_eq!(env[hcomm_crds::contract::env::LOCAL_RANK_SIZE], "2");
+        assert_eq!(env[hcomm_crds::contract::env::VISIBLE_DEVICES], "2,3");
+        assert_eq!(env[hcomm_crds::contract::env::SOCKET_IFNAME], "=data0");
+        assert_eq!(
+            env[hcomm_crds::contract::env::RANK_TABLE_FILE],
+            RANK_TABLE_FILE
+        );
+        assert_eq!(env[hcomm_crds::contract::env::BACKEND], "tcp");
+        assert_eq!(env[hcomm_crds::contract::env::EPOCH], "3");
         assert_eq!(
             spec.volumes.unwrap()[0].config_map.as_ref().unwrap().name,
             "decode-rank-table"

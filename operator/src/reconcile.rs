@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hcomm_crds::{HcommGroup, SubgroupScope};
+use hcomm_crds::HcommGroup;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -22,8 +22,7 @@ use crate::phase::ObservedMember;
 use crate::planner::{self, Desired, Plan, PlanInput};
 use crate::{events, status};
 
-/// The finalizer that makes deletion drain the members first.
-pub const FINALIZER: &str = "hcomm.io/cleanup";
+pub use hcomm_crds::contract::FINALIZER;
 
 /// Reconciles one `HcommGroup`.
 pub async fn reconcile(group: Arc<HcommGroup>, ctx: Arc<Context>) -> Result<Action> {
@@ -141,20 +140,8 @@ fn traffic_nodes(
         .collect()
 }
 
-/// Checks what the schema cannot: subgroup sizes.
+/// Checks what the schema cannot (a group stored before its CRD had the rule).
 pub fn validate(group: &HcommGroup) -> std::result::Result<(), String> {
-    let dpm = group.spec.devices_per_member;
-    for subgroup in &group.spec.subgroups {
-        if subgroup.scope == SubgroupScope::Member
-            && let Some(size) = subgroup.size
-            && (size <= 0 || dpm % size != 0)
-        {
-            return Err(format!(
-                "subgroup {:?} of scope Member has size {size}, which does not divide devicesPerMember {dpm}",
-                subgroup.name
-            ));
-        }
-    }
     if group.spec.replicas < 0 {
         return Err("replicas must not be negative".into());
     }

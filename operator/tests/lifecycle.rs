@@ -81,7 +81,7 @@ async fn rank_table(cluster: &Cluster, group: &str) -> Result<(String, serde_jso
     let data = cm.data.context("rank table data")?;
     Ok((
         data["epoch"].clone(),
-        serde_json::from_str(&data["rank_table.json"])?,
+        serde_json::from_str(&data[hcomm_crds::rank_table::KEY_RANK_TABLE])?,
     ))
 }
 
@@ -121,11 +121,23 @@ fn members_scale_out_incrementally_scale_in_only_after_draining_and_go_with_the_
             let env = env_of(pod);
             let devices = if index == 0 { "0,1" } else { "2,3" };
             ensure!(pod.metadata.annotations.as_ref().unwrap()[ANNOTATION_DEVICES] == devices);
-            ensure!(env["ASCEND_VISIBLE_DEVICES"] == devices);
-            ensure!(env["RANK_ID"] == (index * 2).to_string() && env["RANK_SIZE"] == "4");
-            ensure!(env["LOCAL_RANK_SIZE"] == "2" && env["HCOMM_EPOCH"] == "1");
-            ensure!(env["HCCL_SOCKET_IFNAME"] == "=data0" && env["HCOMM_BACKEND"] == "tcp");
-            ensure!(env["RANK_TABLE_FILE"] == "/etc/hcomm/rank-table/rank_table.json");
+            ensure!(env[hcomm_crds::contract::env::VISIBLE_DEVICES] == devices);
+            ensure!(
+                env[hcomm_crds::contract::env::RANK_ID] == (index * 2).to_string()
+                    && env[hcomm_crds::contract::env::RANK_SIZE] == "4"
+            );
+            ensure!(
+                env[hcomm_crds::contract::env::LOCAL_RANK_SIZE] == "2"
+                    && env[hcomm_crds::contract::env::EPOCH] == "1"
+            );
+            ensure!(
+                env[hcomm_crds::contract::env::SOCKET_IFNAME] == "=data0"
+                    && env[hcomm_crds::contract::env::BACKEND] == "tcp"
+            );
+            ensure!(
+                env[hcomm_crds::contract::env::RANK_TABLE_FILE]
+                    == hcomm_crds::rank_table::RANK_TABLE_FILE
+            );
             ensure!(spec.volumes.as_ref().unwrap().iter().any(|v| {
                 v.config_map
                     .as_ref()
@@ -144,7 +156,11 @@ fn members_scale_out_incrementally_scale_in_only_after_draining_and_go_with_the_
         cluster.make_all_ready("decode").await?;
         let group = wait_ready(&cluster, "decode", 2).await?;
         let status = group.status.unwrap();
-        ensure!(status.epoch == 1 && status.selector.as_deref() == Some("hcomm.io/group=decode"));
+        ensure!(
+            status.epoch == 1
+                && status.selector.as_deref()
+                    == Some(format!("{}=decode", hcomm_crds::contract::LABEL_GROUP).as_str())
+        );
         ensure!(status.topology.len() == 4 && status.members.len() == 2);
 
         // Scale out with kubectl: one joiner at epoch 2 on n2, existing Pods untouched.
@@ -435,8 +451,16 @@ fn a_killed_operator_resumes_a_scale_out_and_only_one_of_two_replicas_leads() {
             .set_conditions(
                 "pool-1-e1",
                 &[
-                    (POD_VERIFIED, "False", "NicUnreachable"),
-                    (POD_MEMBER_READY, "False", "VerificationFailed"),
+                    (
+                        POD_VERIFIED,
+                        "False",
+                        hcomm_crds::contract::PodReason::NicUnreachable.as_str(),
+                    ),
+                    (
+                        POD_MEMBER_READY,
+                        "False",
+                        hcomm_crds::contract::GroupReason::VerificationFailed.as_str(),
+                    ),
                 ],
             )
             .await?;
@@ -457,7 +481,12 @@ fn a_killed_operator_resumes_a_scale_out_and_only_one_of_two_replicas_leads() {
         );
         let group = cluster.groups().get("pool").await?;
         let avoid = group.metadata.annotations.unwrap_or_default();
-        ensure!(avoid.get("hcomm.io/avoid-nodes").map(String::as_str) == Some("n1"));
+        ensure!(
+            avoid
+                .get(hcomm_crds::contract::ANNOTATION_AVOID_NODES)
+                .map(String::as_str)
+                == Some("n1")
+        );
         Ok(())
     });
 }

@@ -134,7 +134,7 @@ pub fn snapshot(target: &Target, objects: &Objects) -> MemberConditions {
             .as_ref()
             .and_then(|g| u64::try_from(g.status.as_ref()?.epoch).ok()),
         rank_table_epoch: data.and_then(|d| d.get("epoch")?.trim().parse().ok()),
-        rank_table_json: data.and_then(|d| d.get("rank_table.json").cloned()),
+        rank_table_json: data.and_then(|d| d.get(hcomm_crds::rank_table::KEY_RANK_TABLE).cloned()),
     }
 }
 
@@ -163,18 +163,18 @@ mod tests {
     fn objects() -> Objects {
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "decode-1-e2", "namespace": "ai",
-                         "labels": {"hcomm.io/group": "decode", "hcomm.io/epoch": "2"}},
+                         "labels": {(hcomm_crds::contract::LABEL_GROUP): "decode", (hcomm_crds::contract::LABEL_EPOCH): "2"}},
             "status": {"conditions": [
                 {"type": "Ready", "status": "False"},
-                {"type": "hcomm.io/joined", "status": "False", "reason": "JoinFailed",
+                {"type": hcomm_crds::contract::POD_JOINED, "status": "False", "reason": hcomm_crds::contract::PodReason::JoinFailed.as_str(),
                  "message": "rank 0 198.18.0.10:30000 refused"},
-                {"type": "hcomm.io/verified", "status": "True", "reason": "Verified"},
-                {"type": "hcomm.io/weights-synced", "status": "True", "reason": "Synced"}
+                {"type": hcomm_crds::contract::POD_VERIFIED, "status": "True", "reason": hcomm_crds::contract::PodReason::Verified.as_str()},
+                {"type": hcomm_crds::contract::POD_WEIGHTS_SYNCED, "status": "True", "reason": "Synced"}
             ]}
         }))
         .unwrap();
         let group: HcommGroup = serde_json::from_value(serde_json::json!({
-            "apiVersion": "hcomm.io/v1alpha1", "kind": "HcommGroup",
+            "apiVersion": hcomm_crds::API_GROUP_VERSION, "kind": "HcommGroup",
             "metadata": {"name": "decode", "namespace": "ai"},
             "spec": {"replicas": 2, "role": "decode", "devicesPerMember": 1,
                      "template": {"spec": {"containers": [{"name": "w", "image": "w"}]}}},
@@ -183,7 +183,7 @@ mod tests {
         .unwrap();
         let cm: ConfigMap = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "decode-rank-table"},
-            "data": {"epoch": "2\n", "rank_table.json": "{}"}
+            "data": {"epoch": "2\n", (hcomm_crds::rank_table::KEY_RANK_TABLE): "{}"}
         }))
         .unwrap();
         Objects {

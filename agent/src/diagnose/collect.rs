@@ -224,13 +224,13 @@ pub async fn collect(args: &DiagnoseArgs) -> Facts {
         (Some(path), _) => Some((
             std::fs::read_to_string(path)
                 .map_err(|e| e.to_string())
-                .and_then(|t| RankTable::parse(&t))
+                .and_then(|t| ranktable::parse(&t))
                 .map_err(|e| format!("rank table {}: {e}", path.display())),
             path.parent().and_then(read_epoch),
         )),
         (None, ClusterRead::Read(m)) => m.rank_table_json.as_ref().map(|json| {
             (
-                RankTable::parse(json).map_err(|e| format!("rank-table ConfigMap: {e}")),
+                ranktable::parse(json).map_err(|e| format!("rank-table ConfigMap: {e}")),
                 m.rank_table_epoch,
             )
         }),
@@ -243,7 +243,7 @@ pub async fn collect(args: &DiagnoseArgs) -> Facts {
         match parsed {
             Ok(table) => {
                 f.rank_table_epoch = epoch.or(f.rank_table_epoch);
-                f.rank0_peer = table.rank(0).map(|(s, _)| s.server_id.clone());
+                f.rank0_peer = table.rank(0).map(|(s, _)| s.server_id.to_owned());
                 let node = args.node.clone().unwrap_or_default();
                 let dip = f.data_address.map(|a| a.to_string());
                 if let Some(devs) = &args.devices
@@ -253,19 +253,18 @@ pub async fn collect(args: &DiagnoseArgs) -> Facts {
                     f.devices.rank_table = Some(plan.devices_in_rank_order.clone());
                     f.port_check = Some(Ok(()));
                 }
-                let own = table
-                    .server_of(&node, dip.as_deref())
-                    .map(|s| s.server_id.clone());
-                for s in &table.servers {
-                    if Some(&s.server_id) != own.as_ref()
-                        && let Ok(ip) = s.host_ip.parse()
-                        && !peers.iter().any(|(n, _)| n == &s.server_id)
+                let own = ranktable::server_of(&table, &node, dip.as_deref())
+                    .map(|s| s.server_id.to_owned());
+                for s in &table.servers() {
+                    if Some(s.server_id) != own.as_deref()
+                        && let Ok(ip) = s.host_address().parse()
+                        && !peers.iter().any(|(n, _)| n == s.server_id)
                     {
-                        peers.push((s.server_id.clone(), ip));
+                        peers.push((s.server_id.to_owned(), ip));
                     }
                 }
                 let max_dev = table
-                    .servers
+                    .servers()
                     .iter()
                     .flat_map(|s| &s.devices)
                     .map(|d| d.device_id)

@@ -198,7 +198,7 @@ pub async fn probe_loop(ctx: Arc<Context>) {
                 secondary: None,
             };
             let obj = k8s_openapi::api::core::v1::ObjectReference {
-                api_version: Some("hcomm.io/v1alpha1".into()),
+                api_version: Some(hcomm_crds::API_GROUP_VERSION.into()),
                 kind: Some("HcommNode".into()),
                 name: Some(ctx.cfg.node_name.clone()),
                 ..Default::default()

@@ -23,9 +23,9 @@ use nics::Nic;
 
 /// Node labels the agent reads topology from when no flag sets it.
 pub mod labels {
-    pub const SUPER_POD: &str = "hcomm.io/super-pod";
-    pub const RACK: &str = "hcomm.io/rack";
-    pub const SWITCH: &str = "hcomm.io/switch";
+    pub use hcomm_crds::contract::{
+        LABEL_RACK as RACK, LABEL_SUPER_POD as SUPER_POD, LABEL_SWITCH as SWITCH,
+    };
 }
 
 /// Where and how to look.

@@ -12,7 +12,7 @@ pub async fn publish(client: &kube::Client, node: &str, status: &HcommNodeStatus
     let api: Api<HcommNode> = Api::all(client.clone());
     let pp = PatchParams::apply(crate::FIELD_MANAGER).force();
     let obj = serde_json::json!({
-        "apiVersion": "hcomm.io/v1alpha1",
+        "apiVersion": hcomm_crds::API_GROUP_VERSION,
         "kind": "HcommNode",
         "metadata": { "name": node },
         "spec": HcommNodeSpec { node_name: node.to_owned() },
@@ -21,7 +21,7 @@ pub async fn publish(client: &kube::Client, node: &str, status: &HcommNodeStatus
         .await
         .map_err(Error::kube(format!("apply HcommNode {node}")))?;
     let st = serde_json::json!({
-        "apiVersion": "hcomm.io/v1alpha1",
+        "apiVersion": hcomm_crds::API_GROUP_VERSION,
         "kind": "HcommNode",
         "metadata": { "name": node },
         "status": status,

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{broadcast, watch};
 
-use super::protocol::{Assignment, Notice};
+use hcomm_crds::local_api::{Assignment, Notice};
 
 /// One member's slot.
 pub struct Slot {
@@ -98,6 +98,8 @@ impl Hub {
                     }
                 });
             }
+            // Only a reader's placeholder for events it does not know; never published.
+            Notice::Unknown => return,
         }
         let _ = slot.notices.send(notice);
     }

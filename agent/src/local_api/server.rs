@@ -11,8 +11,8 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 
 use super::hub::Hub;
-use super::protocol::{MAX_LINE, Notice, Request, Response, parse_request};
 use crate::error::{Error, Result};
+use hcomm_crds::local_api::{MAX_LINE, Notice, Request, Response, parse_request};
 
 /// Concurrent worker connections served.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -214,7 +214,7 @@ use tokio::io::AsyncReadExt as _;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::local_api::protocol::Assignment;
+    use hcomm_crds::local_api::Assignment;
     use tokio::io::AsyncBufReadExt;
 
     fn socket_path(tag: &str) -> std::path::PathBuf {

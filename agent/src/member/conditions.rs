@@ -100,37 +100,59 @@ mod tests {
     fn the_patch_carries_only_the_agents_conditions() {
         let out = merge(
             &[kubelet_ready()],
-            &[up("hcomm.io/verified", true, "Verified")],
+            &[up(
+                hcomm_crds::contract::POD_VERIFIED,
+                true,
+                hcomm_crds::contract::PodReason::Verified.as_str(),
+            )],
             &at(5),
         )
         .unwrap();
         assert_eq!(out.len(), 1);
         let body = patch_body(&out);
         let list = body["status"]["conditions"].as_array().unwrap();
-        assert_eq!(list[0]["type"], "hcomm.io/verified");
+        assert_eq!(list[0]["type"], hcomm_crds::contract::POD_VERIFIED);
         assert!(list.iter().all(|c| c["type"] != "Ready"));
     }
 
     #[test]
     fn transition_time_is_kept_unless_the_status_flips() {
         let existing = vec![PodCondition {
-            type_: "hcomm.io/joined".into(),
+            type_: hcomm_crds::contract::POD_JOINED.into(),
             status: "True".into(),
-            reason: Some("Joined".into()),
+            reason: Some(hcomm_crds::contract::PodReason::Joined.as_str().into()),
             message: Some("old".into()),
             last_transition_time: Some(at(1)),
             ..Default::default()
         }];
-        let out = merge(&existing, &[up("hcomm.io/joined", true, "Joined")], &at(9)).unwrap();
+        let out = merge(
+            &existing,
+            &[up(
+                hcomm_crds::contract::POD_JOINED,
+                true,
+                hcomm_crds::contract::PodReason::Joined.as_str(),
+            )],
+            &at(9),
+        )
+        .unwrap();
         assert_eq!(out[0].last_transition_time, Some(at(1)));
-        let out = merge(&existing, &[up("hcomm.io/joined", false, "Left")], &at(9)).unwrap();
+        let out = merge(
+            &existing,
+            &[up(
+                hcomm_crds::contract::POD_JOINED,
+                false,
+                hcomm_crds::contract::PodReason::Left.as_str(),
+            )],
+            &at(9),
+        )
+        .unwrap();
         assert_eq!(out[0].last_transition_time, Some(at(9)));
     }
 
     #[test]
     fn an_identical_update_writes_nothing() {
         let existing = vec![PodCondition {
-            type_: "hcomm.io/drained".into(),
+            type_: hcomm_crds::contract::POD_DRAINED.into(),
             status: "True".into(),
             reason: Some("Drained".into()),
             message: Some("m".into()),
@@ -140,7 +162,7 @@ mod tests {
         assert_eq!(
             merge(
                 &existing,
-                &[up("hcomm.io/drained", true, "Drained")],
+                &[up(hcomm_crds::contract::POD_DRAINED, true, "Drained")],
                 &at(2)
             ),
             None
@@ -152,8 +174,12 @@ mod tests {
         let out = merge(
             &[],
             &[
-                up("hcomm.io/member-ready", true, "MemberReady"),
-                up("hcomm.io/member-ready", false, "Draining"),
+                up(
+                    hcomm_crds::contract::POD_MEMBER_READY,
+                    true,
+                    hcomm_crds::contract::PodReason::MemberReady.as_str(),
+                ),
+                up(hcomm_crds::contract::POD_MEMBER_READY, false, "Draining"),
             ],
             &at(3),
         )

@@ -52,6 +52,7 @@ pub fn engine_algorithm(a: hcomm_crds::Algorithm) -> hcomm_comm::Algorithm {
         hcomm_crds::Algorithm::Auto => hcomm_comm::Algorithm::Auto,
         hcomm_crds::Algorithm::Ring => hcomm_comm::Algorithm::Ring,
         hcomm_crds::Algorithm::Tree => hcomm_comm::Algorithm::Tree,
+        hcomm_crds::Algorithm::HalvingDoubling => hcomm_comm::Algorithm::HalvingDoubling,
     }
 }
 

@@ -120,7 +120,7 @@ pub fn parse_config_map(cm: &ConfigMap) -> std::result::Result<(RankTable, u64),
     let json = data
         .get(KEY_RANK_TABLE)
         .ok_or_else(|| format!("no key {KEY_RANK_TABLE}"))?;
-    let table = RankTable::parse(json)?;
+    let table = super::ranktable::parse(json)?;
     let epoch = data
         .get(KEY_EPOCH)
         .map(|e| {
@@ -179,7 +179,7 @@ mod tests {
         let cm: ConfigMap = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "g-rank-table"},
             "data": {
-                "rank_table.json": r#"{"server_list":[{"server_id":"h","host_ip":"1.2.3.4","device":[{"device_id":"0","rank_id":"0"}]}]}"#,
+                (KEY_RANK_TABLE): r#"{"version":"1.0","server_count":"1","status":"completed","server_list":[{"server_id":"h","host_ip":"1.2.3.4","device":[{"device_id":"0","rank_id":"0"}]}]}"#,
                 "epoch": "5"
             }
         })).unwrap();
@@ -189,7 +189,7 @@ mod tests {
         assert!(
             parse_config_map(&empty)
                 .unwrap_err()
-                .contains("rank_table.json")
+                .contains(hcomm_crds::rank_table::KEY_RANK_TABLE)
         );
     }
 }

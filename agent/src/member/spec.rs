@@ -11,14 +11,14 @@ use crate::nic::verify::parse_device_list;
 
 /// Environment variables the operator sets on the worker container.
 pub mod env {
-    pub const RANK_ID: &str = "RANK_ID";
-    pub const RANK_SIZE: &str = "RANK_SIZE";
-    pub const LOCAL_RANK_SIZE: &str = "LOCAL_RANK_SIZE";
-    pub const VISIBLE_DEVICES: &str = "ASCEND_VISIBLE_DEVICES";
-    pub const SOCKET_IFNAME: &str = "HCCL_SOCKET_IFNAME";
-    pub const EPOCH: &str = "HCOMM_EPOCH";
-    pub const RANK_TABLE_FILE: &str = "RANK_TABLE_FILE";
-    pub const WEIGHTS_PATH: &str = "HCOMM_WEIGHTS_PATH";
+    pub const RANK_ID: &str = hcomm_crds::contract::env::RANK_ID;
+    pub const RANK_SIZE: &str = hcomm_crds::contract::env::RANK_SIZE;
+    pub const LOCAL_RANK_SIZE: &str = hcomm_crds::contract::env::LOCAL_RANK_SIZE;
+    pub const VISIBLE_DEVICES: &str = hcomm_crds::contract::env::VISIBLE_DEVICES;
+    pub const SOCKET_IFNAME: &str = hcomm_crds::contract::env::SOCKET_IFNAME;
+    pub const EPOCH: &str = hcomm_crds::contract::env::EPOCH;
+    pub const RANK_TABLE_FILE: &str = hcomm_crds::contract::env::RANK_TABLE_FILE;
+    pub const WEIGHTS_PATH: &str = hcomm_crds::contract::env::WEIGHTS_PATH;
 }
 
 /// A member as planned.
@@ -111,18 +111,18 @@ pub(crate) mod fixtures {
         serde_json::from_value(json!({
             "metadata": {
                 "name": name, "namespace": "ns1", "uid": "u-1",
-                "labels": { "hcomm.io/group": "g1", "hcomm.io/member-index": "1", "hcomm.io/rank": "2" },
-                "annotations": { "hcomm.io/devices": devices }
+                "labels": { (hcomm_crds::contract::LABEL_GROUP): "g1", (hcomm_crds::contract::LABEL_MEMBER_INDEX): "1", (hcomm_crds::contract::LABEL_RANK): "2" },
+                "annotations": { (hcomm_crds::contract::ANNOTATION_DEVICES): devices }
             },
             "spec": {
                 "nodeName": node,
                 "containers": [{ "name": "worker", "image": "w", "env": [
-                    { "name": "RANK_ID", "value": "2" },
-                    { "name": "RANK_SIZE", "value": "4" },
-                    { "name": "LOCAL_RANK_SIZE", "value": "2" },
-                    { "name": "ASCEND_VISIBLE_DEVICES", "value": devices },
-                    { "name": "HCCL_SOCKET_IFNAME", "value": "data" },
-                    { "name": "HCOMM_EPOCH", "value": "7" },
+                    { "name": hcomm_crds::contract::env::RANK_ID, "value": "2" },
+                    { "name": hcomm_crds::contract::env::RANK_SIZE, "value": "4" },
+                    { "name": hcomm_crds::contract::env::LOCAL_RANK_SIZE, "value": "2" },
+                    { "name": hcomm_crds::contract::env::VISIBLE_DEVICES, "value": devices },
+                    { "name": hcomm_crds::contract::env::SOCKET_IFNAME, "value": "data" },
+                    { "name": hcomm_crds::contract::env::EPOCH, "value": "7" },
                     { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } }
                 ]}]
             }

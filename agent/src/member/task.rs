@@ -262,8 +262,8 @@ impl Run {
             return false;
         };
         let ip = self.chosen.as_ref().map(|c| c.ip.to_string());
-        t.server_of(&self.cfg.node_name, ip.as_deref())
-            .is_some_and(|s| !t.member_ranks(s, devs).is_empty())
+        super::ranktable::server_of(t, &self.cfg.node_name, ip.as_deref())
+            .is_some_and(|s| !super::ranktable::member_ranks(&s, devs).is_empty())
     }
 
     /// Re-reads the group's spec and its rank table.

@@ -13,19 +13,19 @@ use hcomm_crds::WeightsSpec;
 /// Reasons of `hcomm.io/weights-synced=False` (and of the sync Events).
 pub mod reasons {
     /// The declared source (or a peer's manifest) does not hash to `spec.weights.digest`.
-    pub const DIGEST_MISMATCH: &str = "DigestMismatch";
+    pub const DIGEST_MISMATCH: &str = hcomm_crds::contract::PodReason::DigestMismatch.as_str();
     /// No peer serves the set and the declared source cannot be read by the agent.
-    pub const NO_SOURCE: &str = "NoWeightsSource";
+    pub const NO_SOURCE: &str = hcomm_crds::contract::PodReason::NoWeightsSource.as_str();
     /// The peers that hold the set could not deliver it (lost, timed out, refused).
-    pub const PEER_FETCH_FAILED: &str = "PeerFetchFailed";
+    pub const PEER_FETCH_FAILED: &str = hcomm_crds::contract::PodReason::PeerFetchFailed.as_str();
     /// `spec.weights` is malformed (e.g. the digest is not `sha256:<64 hex>`).
-    pub const INVALID_SPEC: &str = "InvalidWeightsSpec";
+    pub const INVALID_SPEC: &str = hcomm_crds::contract::PodReason::InvalidWeightsSpec.as_str();
     /// Anything else (local I/O, no verified interface).
     pub const SYNC_FAILED: &str = super::super::state::reasons::SYNC_FAILED;
     /// A peer sent a chunk that did not hash right (refetched elsewhere): a warning Event.
-    pub const CORRUPT_CHUNK: &str = "CorruptWeightsChunk";
+    pub const CORRUPT_CHUNK: &str = hcomm_crds::contract::PodReason::CorruptWeightsChunk.as_str();
     /// A peer was given up during the transfer (its chunks went elsewhere): a warning Event.
-    pub const SOURCE_LOST: &str = "WeightsSourceLost";
+    pub const SOURCE_LOST: &str = hcomm_crds::contract::PodReason::WeightsSourceLost.as_str();
 }
 
 /// What a sync is asked to do.

@@ -10,12 +10,12 @@ use super::probe::ProbeOutcome;
 
 /// Fixed reasons on `hcomm.io/verified`.
 pub mod reasons {
-    pub const VERIFIED: &str = "Verified";
-    pub const NIC_UNREACHABLE: &str = "NicUnreachable";
-    pub const NO_DATA_NIC: &str = "NoDataNic";
-    pub const DEVICE_MISMATCH: &str = "DeviceMismatch";
-    pub const VERSION_MISMATCH: &str = "VersionMismatch";
-    pub const SHM_TOO_SMALL: &str = "ShmTooSmall";
+    pub const VERIFIED: &str = hcomm_crds::contract::PodReason::Verified.as_str();
+    pub const NIC_UNREACHABLE: &str = hcomm_crds::contract::PodReason::NicUnreachable.as_str();
+    pub const NO_DATA_NIC: &str = hcomm_crds::contract::PodReason::NoDataNic.as_str();
+    pub const DEVICE_MISMATCH: &str = hcomm_crds::contract::PodReason::DeviceMismatch.as_str();
+    pub const VERSION_MISMATCH: &str = hcomm_crds::contract::PodReason::VersionMismatch.as_str();
+    pub const SHM_TOO_SMALL: &str = hcomm_crds::contract::PodReason::ShmTooSmall.as_str();
 }
 
 /// What the member's devices look like from every side.
@@ -276,7 +276,7 @@ mod tests {
     fn all_checks_passing_is_verified() {
         let v = decide(&healthy());
         assert!(v.ok, "{v:?}");
-        assert_eq!(v.reason, "Verified");
+        assert_eq!(v.reason, hcomm_crds::contract::PodReason::Verified.as_str());
     }
 
     #[test]
@@ -287,7 +287,10 @@ mod tests {
         f.alternatives = vec![outcome("data0", "host-2", "198.18.0.12:29499", true)];
         let v = decide(&f);
         assert!(!v.ok);
-        assert_eq!(v.reason, "NicUnreachable");
+        assert_eq!(
+            v.reason,
+            hcomm_crds::contract::PodReason::NicUnreachable.as_str()
+        );
         for part in [
             "mgmt0",
             "host-2",
@@ -319,7 +322,10 @@ mod tests {
         let mut f = healthy();
         f.devices.visible = Some(vec![1, 0]);
         let v = decide(&f);
-        assert_eq!(v.reason, "DeviceMismatch");
+        assert_eq!(
+            v.reason,
+            hcomm_crds::contract::PodReason::DeviceMismatch.as_str()
+        );
         assert!(
             v.message.contains("ASCEND_VISIBLE_DEVICES=1,0"),
             "{}",
@@ -334,7 +340,10 @@ mod tests {
         f.devices.visible = None;
         f.devices.rank_table = Some(vec![6, 7]);
         let v = decide(&f);
-        assert_eq!(v.reason, "DeviceMismatch");
+        assert_eq!(
+            v.reason,
+            hcomm_crds::contract::PodReason::DeviceMismatch.as_str()
+        );
         assert!(
             v.message.contains("[6,7] are not on this node"),
             "{}",
@@ -359,7 +368,10 @@ mod tests {
         );
         f.local_versions.cann = "8.0.RC3".into();
         let v = decide(&f);
-        assert_eq!(v.reason, "VersionMismatch");
+        assert_eq!(
+            v.reason,
+            hcomm_crds::contract::PodReason::VersionMismatch.as_str()
+        );
         assert!(
             v.message.contains("CANN 8.0.RC3 here, 8.0.RC2 on host-1"),
             "{}",
@@ -372,7 +384,10 @@ mod tests {
         let mut f = healthy();
         f.shm_bytes = Some(16 << 20);
         let v = decide(&f);
-        assert_eq!(v.reason, "ShmTooSmall");
+        assert_eq!(
+            v.reason,
+            hcomm_crds::contract::PodReason::ShmTooSmall.as_str()
+        );
         assert!(v.message.contains("16 MiB"));
         f.shm_bytes = None;
         assert!(decide(&f).ok);
@@ -384,7 +399,10 @@ mod tests {
         f.probes[0] = outcome("data0", "host-1", "198.18.0.11:29499", false);
         f.shm_bytes = Some(1);
         let v = decide(&f);
-        assert_eq!(v.reason, "NicUnreachable");
+        assert_eq!(
+            v.reason,
+            hcomm_crds::contract::PodReason::NicUnreachable.as_str()
+        );
         assert!(v.message.contains("/dev/shm"));
     }
 

@@ -47,7 +47,6 @@ use super::HcommGroupStatus;
 )]
 #[x_kube(validation = Rule::new("!has(self.maxReplicas) || self.maxReplicas >= self.replicas").message("maxReplicas must be greater than or equal to replicas").field_path(".maxReplicas"))]
 #[x_kube(validation = Rule::new("has(self.template.spec) && size(self.template.spec.containers) > 0").message("template.spec.containers must list at least one container (the inference worker)").field_path(".template"))]
-#[x_kube(validation = Rule::new("!has(self.subgroups) || self.subgroups.all(g, g.scope != 'Member' || !has(g.size) || self.devicesPerMember % g.size == 0)").message("a subgroup with scope Member must have a size that divides devicesPerMember").field_path(".subgroups"))]
 #[serde(rename_all = "camelCase")]
 pub struct HcommGroupSpec {
     /// Number of members (worker Pods) the group should have. Each member holds
@@ -90,12 +89,6 @@ pub struct HcommGroupSpec {
     /// How membership changes.
     #[serde(default)]
     pub scaling: ScalingSpec,
-
-    /// Communication subgroups carved from the group's domain, e.g. tensor parallel inside
-    /// each member (scope `Member`) or data/expert parallel across members (scope `Group`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 16))]
-    pub subgroups: Vec<SubgroupSpec>,
 }
 
 fn default_devices_per_member() -> i32 {
@@ -157,14 +150,11 @@ pub struct CommSpec {
     pub op_timeout_seconds: i32,
 
     /// The all-reduce algorithm: `auto` picks by message size and group size; `ring` is
-    /// bandwidth-optimal for large messages; `tree` is latency-optimal for small ones.
+    /// bandwidth-optimal for large messages; `tree` (recursive doubling) is latency-optimal
+    /// for small ones; `halving-doubling` (Rabenseifner: recursive-halving reduce-scatter,
+    /// recursive-doubling all-gather) sits between them for mid-size messages.
     #[serde(default)]
     pub algorithm: Algorithm,
-
-    /// Upper bound on the TCP connections one rank opens to its peers (tcp backend).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 4096))]
-    pub max_connections: Option<i32>,
 }
 
 impl Default for CommSpec {
@@ -175,7 +165,6 @@ impl Default for CommSpec {
             connect_timeout_seconds: default_connect_timeout_seconds(),
             op_timeout_seconds: default_op_timeout_seconds(),
             algorithm: Algorithm::default(),
-            max_connections: None,
         }
     }
 }
@@ -208,17 +197,26 @@ pub enum Algorithm {
     Auto,
     /// Ring: reduce-scatter then all-gather; best for large messages.
     Ring,
-    /// Tree / recursive halving-doubling; best for small messages.
+    /// Tree: recursive doubling (log₂ n rounds of whole-message exchanges); best for small
+    /// messages.
     Tree,
+    /// Halving-doubling (Rabenseifner): reduce-scatter by recursive halving, all-gather by
+    /// recursive doubling; for mid-size messages.
+    #[serde(rename = "halving-doubling")]
+    HalvingDoubling,
 }
 
 /// The model weights the members serve.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct WeightsSpec {
-    /// Where the first members load the weights from: a directory path visible on the node
-    /// or an `http(s)://` URL. Later members copy them from members that hold them.
-    #[schemars(length(min = 1, max = 4096))]
+    /// Where the first members load the weights from: an absolute directory path on the
+    /// node (`/models/x`, or `file:///models/x`). Empty: members get the weights only from
+    /// peers that already hold them (a member that finds no peer holding them fails its
+    /// sync with `NoWeightsSource`). Later members copy them from members that hold them.
+    /// `http(s)://` sources are not supported yet and are refused.
+    #[schemars(length(max = 4096))]
+    #[x_kube(validation = Rule::new("self == '' || self.startsWith('/') || self.startsWith('file:///')").message("weights.source must be an absolute path on the node or empty (peers only); http(s) sources are not supported yet"))]
     pub source: String,
 
     /// A human version label (e.g. `llama3-70b-2026-10`). Changing it rolls the group to the
@@ -293,34 +291,4 @@ pub enum ScalingStrategy {
     Incremental,
     /// Full teardown and rebuild on every membership change.
     Rebuild,
-}
-
-/// A communication subgroup carved from the group's domain.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct SubgroupSpec {
-    /// The subgroup's name, e.g. `tp` or `dp` (a DNS label).
-    #[schemars(length(min = 1, max = 63))]
-    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("subgroup name must be a DNS label: lowercase letters, digits and '-'"))]
-    pub name: String,
-
-    /// `Member`: ranks of one member form the subgroup (tensor parallel; never spans
-    /// nodes). `Group`: ranks with the same local index across members form it (data or
-    /// expert parallel).
-    pub scope: SubgroupScope,
-
-    /// Ranks per subgroup. For scope `Member` it must divide `devicesPerMember`
-    /// (default: all of the member's ranks).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 16))]
-    pub size: Option<i32>,
-}
-
-/// Where a subgroup's ranks come from.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SubgroupScope {
-    /// Inside one member (tensor parallel).
-    Member,
-    /// Across members (data / expert parallel).
-    Group,
 }

@@ -150,7 +150,7 @@ mod tests {
     fn pod() -> Pod {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": "decode-2-e3", "namespace": "default", "uid": "u-1",
-                         "labels": {"hcomm.io/rank": "2"}},
+                         "labels": {(hcomm_crds::contract::LABEL_RANK): "2"}},
             "spec": {"nodeName": "host-1",
                 "volumes": [{"name": "sock", "hostPath": {"path": "/run/hcomm"}},
                             {"name": "rt", "configMap": {"name": "decode-rank-table"}}],
@@ -158,14 +158,14 @@ mod tests {
                     {"name": "worker", "image": "hcomm/example-worker",
                      "command": ["/usr/local/bin/hcomm-worker"], "args": ["--step-ms", "20"],
                      "volumeMounts": [{"name": "sock", "mountPath": "/run/hcomm"},
-                                      {"name": "rt", "mountPath": "/etc/hcomm/rank-table"}],
+                                      {"name": "rt", "mountPath": hcomm_crds::rank_table::MOUNT_DIR}],
                      "env": [
                         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                         {"name": "RANK", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['hcomm.io/rank']"}}},
                         {"name": "SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
-                        {"name": "HCOMM_AGENT_SOCKET", "value": "/run/hcomm/agent.sock"},
-                        {"name": "RANK_TABLE_FILE", "value": "/etc/hcomm/rank-table/rank_table.json"},
+                        {"name": hcomm_crds::contract::env::AGENT_SOCKET, "value": "/run/hcomm/agent.sock"},
+                        {"name": hcomm_crds::contract::env::RANK_TABLE_FILE, "value": hcomm_crds::rank_table::RANK_TABLE_FILE},
                         {"name": "OTHER", "value": "/run/hcommx"}]},
                     {"name": "sidecar", "image": "envoy"}]},
             "status": {"podIP": "10.244.0.7", "hostIP": "198.19.0.10"}
@@ -190,13 +190,13 @@ mod tests {
             "unsupported sources are left out"
         );
         assert_eq!(
-            env["HCOMM_AGENT_SOCKET"],
+            env[hcomm_crds::contract::env::AGENT_SOCKET],
             "/tmp/tb/host-1/run/hcomm/agent.sock"
         );
         // Not a hostPath mount, and a mere prefix of a name is not a path prefix.
         assert_eq!(
-            env["RANK_TABLE_FILE"],
-            "/etc/hcomm/rank-table/rank_table.json"
+            env[hcomm_crds::contract::env::RANK_TABLE_FILE],
+            hcomm_crds::rank_table::RANK_TABLE_FILE
         );
         assert_eq!(env["OTHER"], "/run/hcommx");
     }

@@ -1,6 +1,6 @@
 //! The worker's side of the agent's local API (`agent/README.md`, "Local worker API"):
-//! one JSON object per line each way over the Unix socket. Written from the documented
-//! protocol, not from the agent's types, because that is what a third-party engine has.
+//! one JSON object per line each way over the Unix socket, in the wire types of
+//! `hcomm_crds::local_api` (the ones the agent serves).
 //!
 //! Every exchange is bounded ([`AgentClient::timeout`]): a connect, a request and its
 //! answer, the `ok` of a `watch`. Only waiting for the next event of a watch stream is
@@ -10,7 +10,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -20,85 +19,14 @@ use crate::error::{Error, Result};
 /// Longest line read from the agent (a line longer than this is a protocol error).
 pub const MAX_LINE: u64 = 64 << 10;
 
-/// The member's assignment as the agent gives it. Unknown fields are ignored and missing
-/// ones default, so a newer agent does not break this worker.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
-#[serde(default)]
-pub struct Assignment {
-    pub group: String,
-    pub rank: u32,
-    pub world: u32,
-    pub local_ranks: u32,
-    pub rank_table_path: Option<String>,
-    pub interface: Option<String>,
-    pub devices: Vec<i32>,
-    pub weights_path: Option<String>,
-    pub epoch: u64,
-}
-
-/// An event on a `watch` stream.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum AgentEvent {
-    /// The weights are in place at `path` (`None`: the group has no weights).
-    WeightsReady { path: Option<String> },
-    /// Stop taking new work; `deadline` is the RFC 3339 request time.
-    DrainRequested { deadline: Option<String> },
-    /// The member's communicator moved to a new epoch.
-    EpochChanged { epoch: u64 },
-    /// An event this worker does not know (a newer agent); ignored.
-    #[serde(other)]
-    Unknown,
-}
+use hcomm_crds::local_api::Request;
+pub use hcomm_crds::local_api::{Assignment, Notice as AgentEvent};
 
 /// The answer to `weights_ready`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WeightsState {
     pub ready: bool,
     pub path: Option<String>,
-}
-
-#[derive(Serialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-enum Op<'a> {
-    Assignment {
-        pod: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        namespace: Option<&'a str>,
-    },
-    ReportInflight {
-        pod: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        namespace: Option<&'a str>,
-        n: u64,
-    },
-    WeightsReady {
-        pod: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        namespace: Option<&'a str>,
-    },
-    Watch {
-        pod: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        namespace: Option<&'a str>,
-    },
-    Serving {
-        pod: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        namespace: Option<&'a str>,
-    },
-}
-
-impl Op<'_> {
-    fn name(&self) -> &'static str {
-        match self {
-            Op::Assignment { .. } => "assignment",
-            Op::ReportInflight { .. } => "report_inflight",
-            Op::WeightsReady { .. } => "weights_ready",
-            Op::Watch { .. } => "watch",
-            Op::Serving { .. } => "serving",
-        }
-    }
 }
 
 /// Where the agent is and who this worker is: everything needed to open connections.
@@ -149,9 +77,9 @@ impl AgentClient {
     /// traffic (the agent holds the readiness gate until then when the Pod asks it to).
     pub async fn serving(&self) -> Result<()> {
         let mut conn = self.connect().await?;
-        let op = Op::Serving {
-            pod: &self.pod,
-            namespace: self.namespace.as_deref(),
+        let op = Request::Serving {
+            pod: self.pod.clone(),
+            namespace: self.namespace.clone(),
         };
         conn.call(&op).await.map(|_| ())
     }
@@ -159,9 +87,9 @@ impl AgentClient {
     /// Opens a `watch` stream (connect and the agent's `ok`, both bounded).
     pub async fn watch(&self) -> Result<WatchStream> {
         let mut conn = self.connect().await?;
-        let op = Op::Watch {
-            pod: &self.pod,
-            namespace: self.namespace.as_deref(),
+        let op = Request::Watch {
+            pod: self.pod.clone(),
+            namespace: self.namespace.clone(),
         };
         conn.call(&op).await?;
         Ok(WatchStream { conn })
@@ -179,12 +107,7 @@ impl AgentConn {
     /// `{"op":"assignment"}` → the assignment (an error until the member is verified).
     pub async fn assignment(&mut self) -> Result<Assignment> {
         let (pod, namespace) = (self.client.pod.clone(), self.client.namespace.clone());
-        let v = self
-            .call(&Op::Assignment {
-                pod: &pod,
-                namespace: namespace.as_deref(),
-            })
-            .await?;
+        let v = self.call(&Request::Assignment { pod, namespace }).await?;
         let a = v
             .get("assignment")
             .ok_or_else(|| Error::AgentProtocol(format!("assignment answer without it: {v}")))?;
@@ -195,24 +118,15 @@ impl AgentConn {
     /// `{"op":"report_inflight","n":n}`.
     pub async fn report_inflight(&mut self, n: u64) -> Result<()> {
         let (pod, namespace) = (self.client.pod.clone(), self.client.namespace.clone());
-        self.call(&Op::ReportInflight {
-            pod: &pod,
-            namespace: namespace.as_deref(),
-            n,
-        })
-        .await
-        .map(|_| ())
+        self.call(&Request::ReportInflight { pod, namespace, n })
+            .await
+            .map(|_| ())
     }
 
     /// `{"op":"weights_ready"}`.
     pub async fn weights_ready(&mut self) -> Result<WeightsState> {
         let (pod, namespace) = (self.client.pod.clone(), self.client.namespace.clone());
-        let v = self
-            .call(&Op::WeightsReady {
-                pod: &pod,
-                namespace: namespace.as_deref(),
-            })
-            .await?;
+        let v = self.call(&Request::WeightsReady { pod, namespace }).await?;
         Ok(WeightsState {
             ready: v.get("ready").and_then(|r| r.as_bool()).unwrap_or(false),
             path: v.get("path").and_then(|p| p.as_str()).map(str::to_owned),
@@ -221,8 +135,8 @@ impl AgentConn {
 
     /// Writes one request line and reads one answer line, both within the timeout; an
     /// answer with `ok: false` is [`Error::AgentRefused`].
-    async fn call(&mut self, op: &Op<'_>) -> Result<serde_json::Value> {
-        let name = op.name();
+    async fn call(&mut self, op: &Request) -> Result<serde_json::Value> {
+        let name = op.op_name();
         let after = self.client.timeout;
         let exchange = async {
             let mut line = serde_json::to_string(op).expect("requests always serialise");
@@ -313,10 +227,11 @@ async fn read_json_line(
 mod tests {
     use super::*;
 
+    // The wire lines themselves are tested with the types in `hcomm_crds::local_api`.
     #[test]
-    fn requests_are_the_documented_lines() {
-        let op = Op::ReportInflight {
-            pod: "w-0",
+    fn the_client_sends_the_documented_request_lines() {
+        let op = Request::ReportInflight {
+            pod: "w-0".into(),
             namespace: None,
             n: 3,
         };
@@ -324,33 +239,7 @@ mod tests {
             serde_json::to_string(&op).unwrap(),
             r#"{"op":"report_inflight","pod":"w-0","n":3}"#
         );
-        let op = Op::Watch {
-            pod: "w-0",
-            namespace: Some("ns"),
-        };
-        assert_eq!(
-            serde_json::to_string(&op).unwrap(),
-            r#"{"op":"watch","pod":"w-0","namespace":"ns"}"#
-        );
-    }
-
-    #[test]
-    fn events_parse_and_unknown_ones_are_tolerated() {
-        let e: AgentEvent =
-            serde_json::from_str(r#"{"event":"weights_ready","path":"/w/current"}"#).unwrap();
-        assert_eq!(
-            e,
-            AgentEvent::WeightsReady {
-                path: Some("/w/current".into())
-            }
-        );
-        let e: AgentEvent =
-            serde_json::from_str(r#"{"event":"drain_requested","deadline":null}"#).unwrap();
-        assert_eq!(e, AgentEvent::DrainRequested { deadline: None });
         let e: AgentEvent = serde_json::from_str(r#"{"event":"resized","n":1}"#).unwrap();
         assert_eq!(e, AgentEvent::Unknown);
-        let a: Assignment =
-            serde_json::from_str(r#"{"group":"g","rank":2,"world":4,"epoch":7,"new":1}"#).unwrap();
-        assert_eq!((a.rank, a.epoch, a.weights_path), (2, 7, None));
     }
 }

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use hcomm_agent::local_api::protocol::{Assignment, Notice};
 use hcomm_agent::local_api::{Hub, server};
 use hcomm_agent::weights::{DEFAULT_CHUNK_SIZE, WeightStore, manifest_digest};
+use hcomm_crds::local_api::{Assignment, Notice};
 use hcomm_examples::router::client::Reply;
 use hcomm_examples::router::{Endpoint, HttpClient};
 use hcomm_examples::worker::{self, LinkTiming, WorkerConfig};
@@ -283,7 +283,7 @@ async fn the_worker_binary_serves_a_group_without_weights_and_finishes_in_flight
         .env("POD_NAMESPACE", "default")
         .env("POD_IP", "192.0.2.1")
         .env("HCOMM_WORKER_LISTEN", format!("127.0.0.1:{port}"))
-        .env("HCOMM_AGENT_SOCKET", &sock)
+        .env(hcomm_crds::contract::env::AGENT_SOCKET, &sock)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)

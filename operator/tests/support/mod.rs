@@ -99,13 +99,13 @@ impl Cluster {
         self.cp.create_fake_node(name, BTreeMap::new()).await?;
         let api: Api<HcommNode> = Api::all(self.client.clone());
         let node: HcommNode = serde_json::from_value(serde_json::json!({
-            "apiVersion": "hcomm.io/v1alpha1", "kind": "HcommNode",
+            "apiVersion": hcomm_crds::API_GROUP_VERSION, "kind": "HcommNode",
             "metadata": {"name": name},
             "spec": {"nodeName": name}
         }))?;
         api.create(&PostParams::default(), &node).await?;
         let devices: Vec<_> = (0..devices)
-            .map(|id| serde_json::json!({"id": id, "model": "cpu", "health": "Healthy"}))
+            .map(|id| serde_json::json!({"id": id, "model": "cpu", "health": hcomm_crds::contract::GroupReason::Healthy.as_str()}))
             .collect();
         let status = serde_json::json!({"status": {
             "devices": devices,
@@ -222,9 +222,17 @@ impl Cluster {
         self.set_conditions(
             pod,
             &[
-                (POD_VERIFIED, "True", "Verified"),
+                (
+                    POD_VERIFIED,
+                    "True",
+                    hcomm_crds::contract::PodReason::Verified.as_str(),
+                ),
                 (POD_WEIGHTS_SYNCED, "True", "Synced"),
-                (POD_JOINED, "True", "Joined"),
+                (
+                    POD_JOINED,
+                    "True",
+                    hcomm_crds::contract::PodReason::Joined.as_str(),
+                ),
                 (POD_MEMBER_READY, "True", "Serving"),
             ],
         )
@@ -430,15 +438,12 @@ pub fn group_manifest(
     drain_timeout: i32,
 ) -> serde_json::Value {
     serde_json::json!({
-        "apiVersion": "hcomm.io/v1alpha1", "kind": "HcommGroup",
+        "apiVersion": hcomm_crds::API_GROUP_VERSION, "kind": "HcommGroup",
         "metadata": {"name": name},
         "spec": {
             "replicas": replicas, "role": "decode", "devicesPerMember": dpm,
             "comm": {"backend": "tcp", "socketIfname": "=data0"},
             "scaling": {"drainTimeoutSeconds": drain_timeout},
-            // The committed CRD's CEL rule reads `self.subgroups` without `has()`, so a group
-            // without subgroups is refused; see the operator README ("API notes").
-            "subgroups": [{"name": "tp", "scope": "Member"}],
             "template": {
                 "metadata": {"labels": {"app": "worker"}},
                 "spec": {"containers": [{"name": "worker", "image": "hcomm/reference-worker:0.1.0"}]}

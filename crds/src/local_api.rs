@@ -1,4 +1,7 @@
-//! The worker protocol (see `agent/README.md`): one JSON object per line in each direction.
+//! The local worker API's wire types (see `agent/README.md`, "Local worker API"): what the
+//! inference worker and the agent on its node exchange over the agent's Unix socket, one
+//! JSON object per line in each direction. The agent serves them; workers (the reference
+//! worker in `examples/pool`, third-party engines) speak them.
 //!
 //! Requests carry `op` and `pod` (the worker's Pod name, from the downward API; `namespace`
 //! is optional when the name is unique on the node). Responses carry `ok` and either the
@@ -16,38 +19,49 @@ pub enum Request {
     /// The member's assignment.
     Assignment {
         pod: String,
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         namespace: Option<String>,
     },
     /// The worker's count of requests in flight.
     ReportInflight {
         pod: String,
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         namespace: Option<String>,
         n: u64,
     },
     /// Whether the weights are in place (and where).
     WeightsReady {
         pod: String,
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         namespace: Option<String>,
     },
     /// Stream of events for the member until the connection closes.
     Watch {
         pod: String,
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         namespace: Option<String>,
     },
     /// The worker has loaded its weights and takes traffic: with the Pod annotation
     /// `hcomm.io/worker-readiness: local-api` the agent holds the readiness gate until then.
     Serving {
         pod: String,
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         namespace: Option<String>,
     },
 }
 
 impl Request {
+    /// The request's `op` value, for logs and errors.
+    pub fn op_name(&self) -> &'static str {
+        match self {
+            Request::Assignment { .. } => "assignment",
+            Request::ReportInflight { .. } => "report_inflight",
+            Request::WeightsReady { .. } => "weights_ready",
+            Request::Watch { .. } => "watch",
+            Request::Serving { .. } => "serving",
+        }
+    }
+
     /// (pod, namespace) of any request.
     pub fn target(&self) -> (&str, Option<&str>) {
         match self {
@@ -60,9 +74,12 @@ impl Request {
     }
 }
 
-/// A member's assignment, as the worker sees it.
+/// A member's assignment, as the worker sees it. Missing fields default and unknown ones
+/// are ignored when parsing, so a newer agent does not break an older worker.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(default)]
 pub struct Assignment {
+    /// The group's name.
     pub group: String,
     /// The member's first rank.
     pub rank: u32,
@@ -78,6 +95,7 @@ pub struct Assignment {
     pub devices: Vec<i32>,
     /// Where verified weights are (only meaningful once `weights_ready`).
     pub weights_path: Option<String>,
+    /// The epoch of the member's communicator.
     pub epoch: u64,
 }
 
@@ -85,9 +103,16 @@ pub struct Assignment {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Notice {
+    /// The weights are in place at `path` (`None`: the group has no weights).
     WeightsReady { path: Option<String> },
+    /// Stop taking new work; `deadline` is the RFC 3339 request time.
     DrainRequested { deadline: Option<String> },
+    /// The member's communicator moved to a new epoch.
     EpochChanged { epoch: u64 },
+    /// An event this reader does not know (sent by a newer agent); the agent never sends
+    /// it, a worker ignores it.
+    #[serde(other)]
+    Unknown,
 }
 
 /// A response line.
@@ -113,6 +138,7 @@ pub enum Response {
 }
 
 impl Response {
+    /// A refusal (`ok: false`) carrying `e`.
     pub fn error(e: impl Into<String>) -> Response {
         Response::Error {
             ok: false,
@@ -170,5 +196,47 @@ mod tests {
         assert_eq!(n, r#"{"event":"epoch_changed","epoch":4}"#);
         let e = serde_json::to_string(&Response::error("no such member")).unwrap();
         assert_eq!(e, r#"{"ok":false,"error":"no such member"}"#);
+    }
+
+    #[test]
+    fn requests_serialise_to_the_documented_lines() {
+        let op = Request::ReportInflight {
+            pod: "w-0".into(),
+            namespace: None,
+            n: 3,
+        };
+        assert_eq!(
+            serde_json::to_string(&op).unwrap(),
+            r#"{"op":"report_inflight","pod":"w-0","n":3}"#
+        );
+        let op = Request::Watch {
+            pod: "w-0".into(),
+            namespace: Some("ns".into()),
+        };
+        assert_eq!(
+            serde_json::to_string(&op).unwrap(),
+            r#"{"op":"watch","pod":"w-0","namespace":"ns"}"#
+        );
+        assert_eq!(op.op_name(), "watch");
+    }
+
+    #[test]
+    fn events_parse_and_unknown_ones_are_tolerated() {
+        let e: Notice =
+            serde_json::from_str(r#"{"event":"weights_ready","path":"/w/current"}"#).unwrap();
+        assert_eq!(
+            e,
+            Notice::WeightsReady {
+                path: Some("/w/current".into())
+            }
+        );
+        let e: Notice =
+            serde_json::from_str(r#"{"event":"drain_requested","deadline":null}"#).unwrap();
+        assert_eq!(e, Notice::DrainRequested { deadline: None });
+        let e: Notice = serde_json::from_str(r#"{"event":"resized","n":1}"#).unwrap();
+        assert_eq!(e, Notice::Unknown);
+        let a: Assignment =
+            serde_json::from_str(r#"{"group":"g","rank":2,"world":4,"epoch":7,"new":1}"#).unwrap();
+        assert_eq!((a.rank, a.epoch, a.weights_path), (2, 7, None));
     }
 }

@@ -1,0 +1,68 @@
+//! What the operator writes on `HcommGroup.status.conditions` and in its Events: the
+//! condition types and the reasons on them. The agent's health probe reuses the link
+//! reasons for its own Events.
+
+use super::names::string_enum;
+
+string_enum! {
+    /// The condition types of `HcommGroup.status.conditions`.
+    pub enum GroupConditionType ("group condition type") {
+        /// Every desired member is Ready.
+        Ready => "Ready",
+        /// Membership is changing (members joining or draining).
+        Progressing => "Progressing",
+        /// Something needs attention (a member failed, a drain timed out, a link is
+        /// degraded).
+        Degraded => "Degraded",
+        /// Every link between the nodes of the group's members answered its agents' latest
+        /// probe in time. Derived from `HcommNode.status.linkTests`; `Unknown` when a link
+        /// has no recent probe result (a stale result proves nothing).
+        LinksHealthy => "LinksHealthy",
+    }
+}
+
+string_enum! {
+    /// Reasons on group conditions and on the operator's (and health probe's) Events.
+    pub enum GroupReason ("group condition or Event reason") {
+        /// All desired members are Ready.
+        AllMembersReady => "AllMembersReady",
+        /// Members are joining the group.
+        ScalingOut => "ScalingOut",
+        /// Members are draining before removal.
+        ScalingIn => "ScalingIn",
+        /// The group matches its spec.
+        Stable => "Stable",
+        /// The spec cannot be planned (e.g. not enough devices); waits for an edit.
+        InvalidSpec => "InvalidSpec",
+        /// Not enough nodes or devices to place the desired members.
+        InsufficientCapacity => "InsufficientCapacity",
+        /// A member failed verification (NIC, link, devices, versions, shared memory).
+        VerificationFailed => "VerificationFailed",
+        /// A drain did not finish within `drainTimeoutSeconds`; the member was removed
+        /// anyway.
+        DrainTimedOut => "DrainTimedOut",
+        /// A member finished draining.
+        Drained => "Drained",
+        /// The health probe found a slow or dead link (agent Events); on the group, a link
+        /// that answers but slower than the operator's threshold.
+        LinkDegraded => "LinkDegraded",
+        /// A link between two member nodes did not answer its latest recent probe.
+        LinkDown => "LinkDown",
+        /// Every link between member nodes answered its latest probe in time.
+        AllLinksUp => "AllLinksUp",
+        /// A link between member nodes has no probe result recent enough to judge it.
+        NoRecentProbe => "NoRecentProbe",
+        /// The links that were down or slow answer in time again (Event).
+        LinksRecovered => "LinksRecovered",
+        /// Nothing is wrong.
+        Healthy => "Healthy",
+        /// The group moved to a new epoch (Event).
+        EpochChanged => "EpochChanged",
+        /// A member Pod was created (Event).
+        MemberCreated => "MemberCreated",
+        /// A member was asked to drain (Event).
+        DrainRequested => "DrainRequested",
+        /// A member Pod was deleted (Event).
+        MemberDeleted => "MemberDeleted",
+    }
+}

@@ -1,0 +1,89 @@
+//! What the agent writes on member Pods: its condition types (one of them the readiness
+//! gate) and the reasons on them, which are also the reasons of the agent's Events.
+//! The operator reads them back to derive each member's phase.
+
+use super::names::string_enum;
+
+string_enum! {
+    /// The Pod condition types the agent owns.
+    pub enum PodConditionType ("Pod condition type") {
+        /// The data NIC, links, device mapping, versions and shared memory were verified.
+        Verified => "hcomm.io/verified",
+        /// The model weights are in place and verified.
+        WeightsSynced => "hcomm.io/weights-synced",
+        /// The member is part of the group's communication domain.
+        Joined => "hcomm.io/joined",
+        /// The readiness gate: the member may receive traffic.
+        MemberReady => "hcomm.io/member-ready",
+        /// No requests are in flight and the member has left the domain.
+        Drained => "hcomm.io/drained",
+    }
+}
+
+string_enum! {
+    /// Reasons the agent writes on its Pod conditions and Events. Fixed CamelCase words, so
+    /// people can search for them and the operator can tell a terminal failure from a
+    /// transient one.
+    pub enum PodReason ("Pod condition reason") {
+        /// Verification passed.
+        Verified => "Verified",
+        /// The data NIC cannot reach a peer.
+        NicUnreachable => "NicUnreachable",
+        /// No interface matches the data network.
+        NoDataNic => "NoDataNic",
+        /// The devices the member sees differ from its assignment.
+        DeviceMismatch => "DeviceMismatch",
+        /// Driver, firmware or CANN versions differ from the group's.
+        VersionMismatch => "VersionMismatch",
+        /// `/dev/shm` is smaller than the member needs.
+        ShmTooSmall => "ShmTooSmall",
+        /// The group has not published a rank table yet.
+        NoRankTable => "NoRankTable",
+        /// The weights are in place and verified.
+        WeightsSynced => "WeightsSynced",
+        /// Syncing the weights failed.
+        SyncFailed => "SyncFailed",
+        /// The weights do not match `spec.weights.digest`.
+        DigestMismatch => "DigestMismatch",
+        /// No member holds the weights and the group names no source.
+        NoWeightsSource => "NoWeightsSource",
+        /// Fetching the weights from peers failed.
+        PeerFetchFailed => "PeerFetchFailed",
+        /// `spec.weights` cannot be used as written.
+        InvalidWeightsSpec => "InvalidWeightsSpec",
+        /// A peer sent a chunk that failed its check (Event).
+        CorruptWeightsChunk => "CorruptWeightsChunk",
+        /// A peer serving the weights went away mid-transfer (Event).
+        WeightsSourceLost => "WeightsSourceLost",
+        /// The member joined the domain.
+        Joined => "Joined",
+        /// The member could not join the domain.
+        JoinFailed => "JoinFailed",
+        /// The member could not move to a new epoch.
+        RejoinFailed => "RejoinFailed",
+        /// The member left the domain.
+        Left => "Left",
+        /// The member may receive traffic.
+        MemberReady => "MemberReady",
+        /// The member may not receive traffic yet.
+        NotReady => "NotReady",
+        /// The member is finishing its requests in flight.
+        Draining => "Draining",
+        /// The member finished draining.
+        Drained => "Drained",
+        /// The drain did not finish in time; the member left anyway.
+        DrainTimedOut => "DrainTimedOut",
+    }
+}
+
+impl PodReason {
+    /// Reasons on `hcomm.io/joined=False` that mean the member will never join (it must be
+    /// replaced); any `hcomm.io/verified=False` is terminal as well.
+    pub const TERMINAL_JOIN: &'static [PodReason] = &[
+        PodReason::JoinFailed,
+        PodReason::NicUnreachable,
+        PodReason::DeviceMismatch,
+        PodReason::VersionMismatch,
+        PodReason::ShmTooSmall,
+    ];
+}
