@@ -360,7 +360,7 @@ fn topology(input: StatusInput<'_>, dpm: i32) -> Vec<TopologyEntry> {
 /// Writes `status` with server-side apply (field manager `hcomm-operator`).
 pub async fn write(api: &Api<HcommGroup>, name: &str, status: &HcommGroupStatus) -> Result<()> {
     let patch = serde_json::json!({
-        "apiVersion": "hcomm.io/v1alpha1",
+        "apiVersion": hcomm_crds::API_GROUP_VERSION,
         "kind": "HcommGroup",
         "status": status,
     });

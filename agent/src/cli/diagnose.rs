@@ -30,7 +30,7 @@ pub enum Format {
 #[command(args_override_self = true)]
 pub struct DiagnoseCli {
     /// Data NIC selection in HCCL/NCCL SOCKET_IFNAME syntax.
-    #[arg(long, value_name = "S", env = "HCCL_SOCKET_IFNAME")]
+    #[arg(long, value_name = "S", env = hcomm_crds::contract::env::SOCKET_IFNAME)]
     pub socket_ifname: Option<String>,
     /// The data-network address to check.
     #[arg(long, value_name = "IP")]
@@ -42,7 +42,7 @@ pub struct DiagnoseCli {
     #[arg(long, value_name = "name=ip,...", value_parser = peers)]
     pub peers: Option<Peers>,
     /// The rank table to check.
-    #[arg(long, value_name = "FILE", env = "RANK_TABLE_FILE")]
+    #[arg(long, value_name = "FILE", env = hcomm_crds::contract::env::RANK_TABLE_FILE)]
     pub rank_table: Option<String>,
     /// This node's name.
     #[arg(long, value_name = "NODE", env = "NODE_NAME")]
@@ -51,13 +51,13 @@ pub struct DiagnoseCli {
     #[arg(long, value_name = "0,1")]
     pub devices: Option<String>,
     /// Devices visible to the member, e.g. `0,1`.
-    #[arg(long, value_name = "0,1", env = "ASCEND_VISIBLE_DEVICES")]
+    #[arg(long, value_name = "0,1", env = hcomm_crds::contract::env::VISIBLE_DEVICES)]
     pub visible_devices: Option<String>,
     /// Simulated devices (as `run --cpu-devices`).
     #[arg(long, value_name = "N")]
     pub cpu_devices: Option<u32>,
     /// The epoch the member's Pod was created for.
-    #[arg(long, value_name = "N", env = "HCOMM_EPOCH")]
+    #[arg(long, value_name = "N", env = hcomm_crds::contract::env::EPOCH)]
     pub pod_epoch: Option<String>,
     /// The group's current epoch.
     #[arg(long, value_name = "N")]
@@ -234,11 +234,14 @@ mod tests {
         let cmd = super::super::Cli::command();
         let diagnose = cmd.find_subcommand("diagnose").unwrap();
         for (flag, var) in [
-            ("socket-ifname", "HCCL_SOCKET_IFNAME"),
-            ("rank-table", "RANK_TABLE_FILE"),
+            ("socket-ifname", hcomm_crds::contract::env::SOCKET_IFNAME),
+            ("rank-table", hcomm_crds::contract::env::RANK_TABLE_FILE),
             ("node-name", "NODE_NAME"),
-            ("visible-devices", "ASCEND_VISIBLE_DEVICES"),
-            ("pod-epoch", "HCOMM_EPOCH"),
+            (
+                "visible-devices",
+                hcomm_crds::contract::env::VISIBLE_DEVICES,
+            ),
+            ("pod-epoch", hcomm_crds::contract::env::EPOCH),
             ("namespace", "POD_NAMESPACE"),
         ] {
             let arg = diagnose

@@ -156,7 +156,7 @@ impl Verifier for FakeVerifier {
                         Ok(p) => Verified {
                             verdict: Verdict {
                                 ok: true,
-                                reason: "Verified",
+                                reason: hcomm_crds::contract::PodReason::Verified.as_str(),
                                 message: "ok".into(),
                             },
                             chosen: Some(Chosen {
@@ -166,7 +166,7 @@ impl Verifier for FakeVerifier {
                             }),
                             plan: Some(p),
                         },
-                        Err(_) => fail("DeviceMismatch"),
+                        Err(_) => fail(hcomm_crds::contract::PodReason::DeviceMismatch.as_str()),
                     }
                 }
             }

@@ -41,7 +41,7 @@ impl Run {
         let Some((table, _)) = self.table.clone() else {
             return Event::Verified {
                 ok: false,
-                reason: "NoRankTable",
+                reason: hcomm_crds::contract::PodReason::NoRankTable.as_str(),
                 message: "no rank table yet".into(),
             };
         };

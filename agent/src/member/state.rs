@@ -16,19 +16,20 @@ use hcomm_crds::contract::{
 /// Reasons the agent writes on Pod conditions (besides the verification ones in
 /// [`crate::nic::verify::reasons`]).
 pub mod reasons {
-    pub const WEIGHTS_SYNCED: &str = "WeightsSynced";
-    pub const SYNC_FAILED: &str = "SyncFailed";
-    pub const JOINED: &str = "Joined";
-    pub const JOIN_FAILED: &str = "JoinFailed";
-    pub const REJOIN_FAILED: &str = "RejoinFailed";
-    pub const LEFT: &str = "Left";
-    pub const READY: &str = "MemberReady";
-    pub const NOT_READY: &str = "NotReady";
+    pub const WEIGHTS_SYNCED: &str = hcomm_crds::contract::PodReason::WeightsSynced.as_str();
+    pub const SYNC_FAILED: &str = hcomm_crds::contract::PodReason::SyncFailed.as_str();
+    pub const JOINED: &str = hcomm_crds::contract::PodReason::Joined.as_str();
+    pub const JOIN_FAILED: &str = hcomm_crds::contract::PodReason::JoinFailed.as_str();
+    pub const REJOIN_FAILED: &str = hcomm_crds::contract::PodReason::RejoinFailed.as_str();
+    pub const LEFT: &str = hcomm_crds::contract::PodReason::Left.as_str();
+    pub const READY: &str = hcomm_crds::contract::PodReason::MemberReady.as_str();
+    pub const NOT_READY: &str = hcomm_crds::contract::PodReason::NotReady.as_str();
     pub const DRAINING: &str = "Draining";
     pub const DRAINED: &str = hcomm_crds::contract::reasons::DRAINED;
     pub const DRAIN_TIMED_OUT: &str = hcomm_crds::contract::reasons::DRAIN_TIMED_OUT;
     /// Verification did not finish within its deadline (`hcomm.io/verified=False`).
-    pub const VERIFY_TIMED_OUT: &str = "VerificationTimedOut";
+    pub const VERIFY_TIMED_OUT: &str =
+        hcomm_crds::contract::PodReason::VerificationTimedOut.as_str();
 }
 
 /// Which stage failed.

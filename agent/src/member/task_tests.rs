@@ -22,7 +22,11 @@ async fn a_member_is_verified_synced_joined_then_opens_the_gate_in_that_order() 
     assert_eq!(
         kit.cluster.writes(),
         [
-            (POD_VERIFIED, true, "Verified"),
+            (
+                POD_VERIFIED,
+                true,
+                hcomm_crds::contract::PodReason::Verified.as_str()
+            ),
             (POD_WEIGHTS_SYNCED, true, reasons::WEIGHTS_SYNCED),
             (POD_JOINED, true, reasons::JOINED),
             (POD_MEMBER_READY, true, reasons::READY),
@@ -66,17 +70,27 @@ async fn a_failed_verification_writes_verified_false_and_is_retried_after_the_ba
         .script
         .lock()
         .unwrap()
-        .push_back(VerifyScript::Fail("NicUnreachable"));
+        .push_back(VerifyScript::Fail(
+            hcomm_crds::contract::PodReason::NicUnreachable.as_str(),
+        ));
     let _task = kit.start();
     kit.until("verified=False", |k| {
-        k.cluster.condition(POD_VERIFIED) == Some((false, "NicUnreachable"))
+        k.cluster.condition(POD_VERIFIED)
+            == Some((
+                false,
+                hcomm_crds::contract::PodReason::NicUnreachable.as_str(),
+            ))
     })
     .await;
     assert_eq!(
         kit.cluster.condition(POD_MEMBER_READY),
         Some((false, reasons::NOT_READY))
     );
-    assert!(kit.cluster.event_reasons().contains(&"VerificationFailed"));
+    assert!(
+        kit.cluster
+            .event_reasons()
+            .contains(&hcomm_crds::contract::GroupReason::VerificationFailed.as_str())
+    );
     assert_eq!(*kit.weights.finished.lock().unwrap(), 0, "never syncs");
     kit.until_ready().await;
 }
@@ -327,7 +341,9 @@ async fn a_drain_before_the_member_served_leaves_without_waiting() {
         .script
         .lock()
         .unwrap()
-        .push_back(VerifyScript::Fail("NicUnreachable"));
+        .push_back(VerifyScript::Fail(
+            hcomm_crds::contract::PodReason::NicUnreachable.as_str(),
+        ));
     let _task = kit.start();
     kit.until("verified=False", |k| {
         k.cluster.condition(POD_VERIFIED).is_some()

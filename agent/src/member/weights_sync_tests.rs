@@ -79,7 +79,10 @@ fn errors_map_to_fixed_reasons() {
         expected: Digest::of(b"a"),
         actual: Digest::of(b"b"),
     };
-    assert_eq!(reason_of(&mismatch), "DigestMismatch");
+    assert_eq!(
+        reason_of(&mismatch),
+        hcomm_crds::contract::PodReason::DigestMismatch.as_str()
+    );
     assert_eq!(reason_of(&no_sources()), reasons::PEER_FETCH_FAILED);
     assert_eq!(
         reason_of(&WeightsError::Invalid("x".into())),
@@ -141,7 +144,10 @@ async fn the_first_member_imports_a_verified_set_and_a_wrong_digest_is_refused()
         .sync(&req(spec(Digest::of(b"other").to_string()), vec![]))
         .await
         .unwrap_err();
-    assert_eq!(bad.reason, "DigestMismatch");
+    assert_eq!(
+        bad.reason,
+        hcomm_crds::contract::PodReason::DigestMismatch.as_str()
+    );
     assert!(bad.message.contains(&digest.to_string()), "{}", bad.message);
     let link = |st: &WeightStore| st.link_path(&CurrentLink::group("ns", "g").unwrap());
     assert!(!link(s.store()).exists());

@@ -54,7 +54,7 @@ pub async fn create_group(
 ) -> Result<()> {
     let groups: Api<hcomm_crds::HcommGroup> = Api::namespaced(client.clone(), NS);
     let g: hcomm_crds::HcommGroup = serde_json::from_value(json!({
-        "apiVersion": "hcomm.io/v1alpha1", "kind": "HcommGroup",
+        "apiVersion": hcomm_crds::API_GROUP_VERSION, "kind": "HcommGroup",
         "metadata": {"name": name, "namespace": NS},
         "spec": {
             "replicas": members.len(), "devicesPerMember": 1,
@@ -76,7 +76,7 @@ pub async fn create_group(
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
     let cm: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": cm_name, "namespace": NS},
-        "data": {"rank_table.json": rank_table(members), "epoch": "1"}
+        "data": {hcomm_crds::rank_table::KEY_RANK_TABLE: rank_table(members), "epoch": "1"}
     }))?;
     cms.create(&PostParams::default(), &cm)
         .await
@@ -105,15 +105,15 @@ pub async fn create_pod(
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": format!("{name}-{i}"), "namespace": NS,
-            "labels": {"hcomm.io/group": name, "hcomm.io/member-index": i.to_string(), "hcomm.io/rank": i.to_string()},
-            "annotations": {"hcomm.io/devices": dev.to_string()}},
-        "spec": {"nodeName": node, "readinessGates": [{"conditionType": "hcomm.io/member-ready"}],
+            "labels": {hcomm_crds::contract::LABEL_GROUP: name, hcomm_crds::contract::LABEL_MEMBER_INDEX: i.to_string(), hcomm_crds::contract::LABEL_RANK: i.to_string()},
+            "annotations": {hcomm_crds::contract::ANNOTATION_DEVICES: dev.to_string()}},
+        "spec": {"nodeName": node, "readinessGates": [{"conditionType": hcomm_crds::contract::PodConditionType::MemberReady.as_str()}],
             "containers": [{"name": "worker", "image": "worker", "env": [
-                {"name": "RANK_ID", "value": i.to_string()},
-                {"name": "RANK_SIZE", "value": world.to_string()},
-                {"name": "LOCAL_RANK_SIZE", "value": "1"},
-                {"name": "ASCEND_VISIBLE_DEVICES", "value": dev.to_string()},
-                {"name": "HCOMM_EPOCH", "value": epoch.to_string()}]}]}
+                {"name": hcomm_crds::contract::env::RANK_ID, "value": i.to_string()},
+                {"name": hcomm_crds::contract::env::RANK_SIZE, "value": world.to_string()},
+                {"name": hcomm_crds::contract::env::LOCAL_RANK_SIZE, "value": "1"},
+                {"name": hcomm_crds::contract::env::VISIBLE_DEVICES, "value": dev.to_string()},
+                {"name": hcomm_crds::contract::env::EPOCH, "value": epoch.to_string()}]}]}
     }))?;
     pods.create(&PostParams::default(), &pod)
         .await
@@ -136,7 +136,7 @@ pub async fn scale_group(
         &cm_name,
         &PatchParams::default(),
         &Patch::Merge(json!({
-            "data": {"rank_table.json": rank_table(members), "epoch": epoch.to_string()}
+            "data": {hcomm_crds::rank_table::KEY_RANK_TABLE: rank_table(members), "epoch": epoch.to_string()}
         })),
     )
     .await

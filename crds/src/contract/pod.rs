@@ -39,6 +39,8 @@ string_enum! {
         ShmTooSmall => "ShmTooSmall",
         /// The group has not published a rank table yet.
         NoRankTable => "NoRankTable",
+        /// Verification did not finish within its deadline.
+        VerificationTimedOut => "VerificationTimedOut",
         /// The weights are in place and verified.
         WeightsSynced => "WeightsSynced",
         /// Syncing the weights failed.

@@ -130,7 +130,9 @@ pub async fn a_weight_source_killed_mid_sync_is_replaced_by_the_other(
         .await?
         .items
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("WeightsSourceLost"))
+        .filter(|e| {
+            e.reason.as_deref() == Some(hcomm_crds::contract::PodReason::WeightsSourceLost.as_str())
+        })
         .filter_map(|e| e.message)
         .find(|m| m.contains(&victim_ip));
     ensure!(
@@ -201,7 +203,8 @@ pub async fn a_blackholed_data_nic_is_refused_and_the_next_host_used(
         .context("no member was refused on the cut host")?;
     let message = refused.1.refused.clone().unwrap_or_default();
     ensure!(
-        message.starts_with("NicUnreachable") && message.contains("data0"),
+        message.starts_with(hcomm_crds::contract::PodReason::NicUnreachable.as_str())
+            && message.contains("data0"),
         "refusal should name the reason and the interface: {message:?}"
     );
     eprintln!("blackholed NIC: refused in {:?}: {message}", t.elapsed());
@@ -278,7 +281,7 @@ pub async fn a_cut_off_host_is_replaced_and_used_again_once_restored(
     let links = group.status.as_ref().and_then(|s| {
         s.conditions
             .iter()
-            .find(|c| c.type_ == "LinksHealthy")
+            .find(|c| c.type_ == hcomm_crds::contract::GroupConditionType::LinksHealthy.as_str())
             .cloned()
     });
     eprintln!("cut-off host: LinksHealthy now {links:?}");
@@ -290,11 +293,11 @@ pub async fn a_cut_off_host_is_replaced_and_used_again_once_restored(
     let t = Instant::now();
     let deadline = t + POOL_WAIT;
     loop {
-        let links = groups
-            .get("decode")
-            .await?
-            .status
-            .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "LinksHealthy"));
+        let links = groups.get("decode").await?.status.and_then(|s| {
+            s.conditions.into_iter().find(|c| {
+                c.type_ == hcomm_crds::contract::GroupConditionType::LinksHealthy.as_str()
+            })
+        });
         if links.as_ref().is_some_and(|c| c.status == "True") {
             break;
         }

@@ -31,7 +31,7 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "IP:PORT", env = "HCOMM_WORKER_LISTEN")]
     pub listen: Option<String>,
     /// The node agent's local-API socket [default: /run/hcomm/agent.sock].
-    #[arg(long, value_name = "PATH", env = "HCOMM_AGENT_SOCKET")]
+    #[arg(long, value_name = "PATH", env = hcomm_crds::contract::env::AGENT_SOCKET)]
     pub agent_socket: Option<String>,
     /// Time per generated token, in milliseconds [default: 20].
     #[arg(long, value_name = "MS")]
@@ -192,7 +192,7 @@ mod tests {
             ("pod", "POD_NAME"),
             ("namespace", "POD_NAMESPACE"),
             ("listen", "HCOMM_WORKER_LISTEN"),
-            ("agent-socket", "HCOMM_AGENT_SOCKET"),
+            ("agent-socket", hcomm_crds::contract::env::AGENT_SOCKET),
         ] {
             let arg = cmd
                 .get_arguments()

@@ -27,7 +27,7 @@ fn the_worker_answers_help_and_version() {
         "--pod",
         "POD_NAME",
         "--agent-socket",
-        "HCOMM_AGENT_SOCKET",
+        hcomm_crds::contract::env::AGENT_SOCKET,
         "--step-ms",
     ] {
         assert!(help.contains(part), "{part} missing:\n{help}");

@@ -68,7 +68,13 @@ fn fresh_answers_both_ways_are_all_links_up_with_the_slowest_named() {
         ("n2", vec![test("10.0.0.1", true, Some(900), 5)]),
     ]);
     let (status, reason, message) = r.condition();
-    assert_eq!((status, reason), (ConditionStatus::True, "AllLinksUp"));
+    assert_eq!(
+        (status, reason),
+        (
+            ConditionStatus::True,
+            hcomm_crds::contract::GroupReason::AllLinksUp.as_str()
+        )
+    );
     assert!(
         message.contains("n2 → n1 (10.0.0.1) 900 µs at 2023-11-14T22:13:"),
         "{message}"
@@ -86,14 +92,20 @@ fn a_dead_link_is_link_down_naming_the_pair_address_time_and_error() {
         ("n2", vec![test("10.0.0.1", true, Some(200), 3)]),
     ]);
     let (status, reason, message) = r.condition();
-    assert_eq!((status, reason), (ConditionStatus::False, "LinkDown"));
+    assert_eq!(
+        (status, reason),
+        (
+            ConditionStatus::False,
+            hcomm_crds::contract::GroupReason::LinkDown.as_str()
+        )
+    );
     assert!(
         message.starts_with("1 of 2 link(s) down: n1 → n2 (10.0.0.2) unreachable at ")
             && message.ends_with("connect timed out after 5s"),
         "{message}"
     );
     let (why, stable) = r.degraded().unwrap();
-    assert_eq!(why, "LinkDown");
+    assert_eq!(why, hcomm_crds::contract::GroupReason::LinkDown.as_str());
     assert_eq!(stable, "link(s) down: n1 → n2 (10.0.0.2)");
     assert_eq!(r.counts().down, 1);
 }
@@ -107,7 +119,10 @@ fn a_stale_result_is_unknown_not_healthy_and_does_not_degrade_the_group() {
     let (status, reason, message) = r.condition();
     assert_eq!(
         (status, reason),
-        (ConditionStatus::Unknown, "NoRecentProbe")
+        (
+            ConditionStatus::Unknown,
+            hcomm_crds::contract::GroupReason::NoRecentProbe.as_str()
+        )
     );
     assert!(
         message.contains("n1 → n2 (10.0.0.2) last probed at"),
@@ -123,7 +138,10 @@ fn a_stale_failure_is_unknown_too() {
         ("n1", vec![test("10.0.0.2", false, None, 600)]),
         ("n2", vec![test("10.0.0.1", true, Some(100), 1)]),
     ]);
-    assert_eq!(r.condition().1, "NoRecentProbe");
+    assert_eq!(
+        r.condition().1,
+        hcomm_crds::contract::GroupReason::NoRecentProbe.as_str()
+    );
 }
 
 #[test]
@@ -132,7 +150,10 @@ fn a_node_whose_agent_published_nothing_is_never_probed() {
     let (status, reason, message) = r.condition();
     assert_eq!(
         (status, reason),
-        (ConditionStatus::Unknown, "NoRecentProbe")
+        (
+            ConditionStatus::Unknown,
+            hcomm_crds::contract::GroupReason::NoRecentProbe.as_str()
+        )
     );
     assert!(
         message.contains("n2 → n1 (10.0.0.1) never probed"),
@@ -147,9 +168,18 @@ fn a_slow_answer_is_link_degraded() {
         ("n2", vec![test("10.0.0.1", true, Some(100), 1)]),
     ]);
     let (status, reason, message) = r.condition();
-    assert_eq!((status, reason), (ConditionStatus::False, "LinkDegraded"));
+    assert_eq!(
+        (status, reason),
+        (
+            ConditionStatus::False,
+            hcomm_crds::contract::GroupReason::LinkDegraded.as_str()
+        )
+    );
     assert!(message.contains("slower than 20 ms: n1 → n2 (10.0.0.2) 45000 µs"));
-    assert_eq!(r.degraded().unwrap().0, "LinkDegraded");
+    assert_eq!(
+        r.degraded().unwrap().0,
+        hcomm_crds::contract::GroupReason::LinkDegraded.as_str()
+    );
 }
 
 #[test]
@@ -167,7 +197,12 @@ fn the_latest_result_wins_and_peers_match_by_name_or_address() {
         ),
         ("n2", vec![test("10.0.0.1", true, Some(100), 1)]),
     ]);
-    assert_eq!(r.condition().1, "AllLinksUp", "{:?}", r.links);
+    assert_eq!(
+        r.condition().1,
+        hcomm_crds::contract::GroupReason::AllLinksUp.as_str(),
+        "{:?}",
+        r.links
+    );
 }
 
 #[test]
@@ -180,7 +215,13 @@ fn one_node_or_none_has_no_links_and_is_healthy() {
         Timestamp::from_second(NOW).unwrap(),
     );
     let (status, reason, message) = one.condition();
-    assert_eq!((status, reason), (ConditionStatus::True, "AllLinksUp"));
+    assert_eq!(
+        (status, reason),
+        (
+            ConditionStatus::True,
+            hcomm_crds::contract::GroupReason::AllLinksUp.as_str()
+        )
+    );
     assert!(message.contains("node n1"), "{message}");
     assert_eq!(one.recheck_after, None);
 }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 fn group() -> HcommGroup {
     serde_json::from_value(serde_json::json!({
-        "apiVersion": "hcomm.io/v1alpha1", "kind": "HcommGroup",
+        "apiVersion": hcomm_crds::API_GROUP_VERSION, "kind": "HcommGroup",
         "metadata": {"name": "decode", "namespace": "ns", "generation": 3},
         "spec": {
             "replicas": 0, "role": "decode", "devicesPerMember": 1,
@@ -60,7 +60,10 @@ fn a_dead_link_sets_links_healthy_false_and_degraded_and_recovers() {
     let links = find_condition(&up.conditions, CONDITION_LINKS_HEALTHY).unwrap();
     assert_eq!(
         (links.status.as_str(), links.reason.as_str()),
-        ("True", "AllLinksUp")
+        (
+            "True",
+            hcomm_crds::contract::GroupReason::AllLinksUp.as_str()
+        )
     );
     assert_eq!(links.observed_generation, Some(3));
     assert_eq!(
@@ -76,7 +79,10 @@ fn a_dead_link_sets_links_healthy_false_and_degraded_and_recovers() {
     let links = find_condition(&down.conditions, CONDITION_LINKS_HEALTHY).unwrap();
     assert_eq!(
         (links.status.as_str(), links.reason.as_str()),
-        ("False", "LinkDown")
+        (
+            "False",
+            hcomm_crds::contract::GroupReason::LinkDown.as_str()
+        )
     );
     assert!(
         links.message.contains("n1 → n2 (10.0.0.2) unreachable"),
@@ -87,7 +93,7 @@ fn a_dead_link_sets_links_healthy_false_and_degraded_and_recovers() {
     let degraded = find_condition(&down.conditions, CONDITION_DEGRADED).unwrap();
     assert_eq!(
         (degraded.status.as_str(), degraded.reason.as_str()),
-        ("True", "LinkDown")
+        ("True", hcomm_crds::contract::GroupReason::LinkDown.as_str())
     );
     assert_eq!(down.phase, Some(GroupPhase::Degraded));
 
@@ -110,7 +116,7 @@ fn a_dead_link_sets_links_healthy_false_and_degraded_and_recovers() {
         find_condition(&back.conditions, CONDITION_DEGRADED)
             .unwrap()
             .reason,
-        "Healthy"
+        hcomm_crds::contract::GroupReason::Healthy.as_str()
     );
 }
 
@@ -133,7 +139,13 @@ fn a_failed_verification_outranks_a_dead_link_on_degraded() {
         now: t0,
     });
     let degraded = find_condition(&status.conditions, CONDITION_DEGRADED).unwrap();
-    assert_eq!(degraded.reason, "VerificationFailed");
+    assert_eq!(
+        degraded.reason,
+        hcomm_crds::contract::GroupReason::VerificationFailed.as_str()
+    );
     let links = find_condition(&status.conditions, CONDITION_LINKS_HEALTHY).unwrap();
-    assert_eq!(links.reason, "LinkDown");
+    assert_eq!(
+        links.reason,
+        hcomm_crds::contract::GroupReason::LinkDown.as_str()
+    );
 }

@@ -50,9 +50,17 @@ fn healthy() -> Facts {
         fd_limit: Some(1024),
         process_numa: vec![0],
         cluster: member(&[
-            (hcomm_crds::contract::POD_VERIFIED, "True", "Verified"),
+            (
+                hcomm_crds::contract::POD_VERIFIED,
+                "True",
+                hcomm_crds::contract::PodReason::Verified.as_str(),
+            ),
             (hcomm_crds::contract::POD_WEIGHTS_SYNCED, "True", "Synced"),
-            (hcomm_crds::contract::POD_JOINED, "True", "Joined"),
+            (
+                hcomm_crds::contract::POD_JOINED,
+                "True",
+                hcomm_crds::contract::PodReason::Joined.as_str(),
+            ),
             (hcomm_crds::contract::POD_MEMBER_READY, "True", "Serving"),
         ]),
         ..Default::default()
@@ -204,9 +212,17 @@ fn member_conditions_name_the_failed_step_or_the_missing_ones() {
     assert_eq!(member_conditions(&f).outcome, Outcome::Skip);
 
     f.cluster = member(&[
-        (POD_VERIFIED, "True", "Verified"),
+        (
+            POD_VERIFIED,
+            "True",
+            hcomm_crds::contract::PodReason::Verified.as_str(),
+        ),
         (POD_WEIGHTS_SYNCED, "True", "Synced"),
-        (POD_JOINED, "True", "Joined"),
+        (
+            POD_JOINED,
+            "True",
+            hcomm_crds::contract::PodReason::Joined.as_str(),
+        ),
         (POD_MEMBER_READY, "True", "Serving"),
     ]);
     let r = member_conditions(&f);
@@ -214,9 +230,17 @@ fn member_conditions_name_the_failed_step_or_the_missing_ones() {
     assert!(r.checked.ends_with("on ai/decode-1-e2"), "{}", r.checked);
 
     f.cluster = member(&[
-        (POD_VERIFIED, "True", "Verified"),
+        (
+            POD_VERIFIED,
+            "True",
+            hcomm_crds::contract::PodReason::Verified.as_str(),
+        ),
         (POD_WEIGHTS_SYNCED, "True", "Synced"),
-        (POD_JOINED, "False", "JoinFailed"),
+        (
+            POD_JOINED,
+            "False",
+            hcomm_crds::contract::PodReason::JoinFailed.as_str(),
+        ),
     ]);
     let r = member_conditions(&f);
     assert_eq!(r.outcome, Outcome::Fail);
@@ -225,7 +249,11 @@ fn member_conditions_name_the_failed_step_or_the_missing_ones() {
         "hcomm.io/joined=False (JoinFailed): rank 0 198.18.0.10:30000 refused"
     );
 
-    f.cluster = member(&[(POD_VERIFIED, "True", "Verified")]);
+    f.cluster = member(&[(
+        POD_VERIFIED,
+        "True",
+        hcomm_crds::contract::PodReason::Verified.as_str(),
+    )]);
     let r = member_conditions(&f);
     assert_eq!(r.outcome, Outcome::Warn);
     assert!(
