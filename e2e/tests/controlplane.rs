@@ -5,6 +5,8 @@
 //!
 //! The binaries are built once into the shared cache (see
 //! `hcomm_e2e::controlplane::assets`); each test has its own ports and state.
+//! Size: 26 independent scenarios of one harness (start, CRDs, kwok, RBAC, cleanup) sharing
+//! the control-plane pool and its helpers; each test is short, the file is long by count.
 
 use std::collections::BTreeMap;
 use std::future::Future;

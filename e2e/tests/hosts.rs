@@ -2,6 +2,8 @@
 //! (as in CI): without it these tests are reported as ignored with the reason
 //! (`hcomm_e2e::harness`), except the loopback one, which runs anywhere. Every wait has a deadline; processes run inside hosts via `ip netns exec`
 //! and python3 (the test itself never enters a namespace).
+//! Size: 18 independent kernel scenarios (namespaces, veths, tc, loopback) sharing one set of
+//! socket and process helpers; each test is short, the file is long by count.
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};

@@ -6,7 +6,14 @@ use std::process::Command;
 
 use hcomm_e2e::testbed::{self, binaries};
 
-use crate::report::Provenance;
+/// Where and when the benchmark ran ([`provenance`]).
+#[derive(Debug, Clone, Default)]
+pub struct Provenance {
+    pub date: String,
+    pub host: String,
+    pub revision: String,
+    pub build: String,
+}
 
 /// Where and when the benchmark ran, for the report's header.
 pub fn provenance() -> Provenance {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::args::{Args, Strategy};
 use crate::link::LinkResult;
+use crate::machine::Provenance;
 use crate::run::RunResult;
 use crate::section::{BEGIN, END};
 
@@ -28,15 +29,6 @@ pub struct Report<'a> {
     pub load_after: String,
     pub wall: Duration,
     pub provenance: Provenance,
-}
-
-/// Where and when the benchmark ran ([`crate::machine::provenance`]).
-#[derive(Debug, Clone, Default)]
-pub struct Provenance {
-    pub date: String,
-    pub host: String,
-    pub revision: String,
-    pub build: String,
 }
 
 impl Report<'_> {
