@@ -241,6 +241,17 @@ mod tests {
     }
 
     #[test]
+    fn ranks_left_after_a_scale_in_are_published_for_tcp() {
+        // Member 1 left; member 2 keeps its ranks (stable ranks, make-before-break).
+        let members = [member(0, "n1", &[0]), member(2, "n2", &[0])];
+        assert!(checked(&members, 1, &[], Backend::Tcp).is_ok());
+        assert!(matches!(
+            checked(&members, 1, &[], Backend::Hccl),
+            Err(ValidateError::RankOutOfRange { rank: 2, world: 2 })
+        ));
+    }
+
+    #[test]
     fn an_empty_plan_publishes_the_empty_table() {
         let table = checked(&[], 2, &[], Backend::Hccl).unwrap();
         assert_eq!(table.world(), 0);

@@ -17,14 +17,19 @@ pub use hcomm_crds::rank_table::{
     KEY_EPOCH, KEY_RANK_TABLE, RankTable, ServerView, ValidateOptions,
 };
 
-/// Parses a published table and checks it against the rules every backend needs (the
-/// TCP set: HCCL itself adds the device-address requirement when it loads the file). An
+/// Parses a published table and checks it against the TCP rule set plus dense ranks
+/// `0..n-1`, which the agent has always required (HCCL itself applies its full set when it
+/// loads the file). An
 /// empty table is what the operator publishes for a group without members (scaled to zero
 /// or being deleted); it parses, and no member finds itself in it.
 pub fn parse(json: &str) -> Result<RankTable, String> {
     let table = RankTable::parse(json).map_err(|e| e.to_string())?;
     if table.world() > 0 {
-        hcomm_crds::rank_table::validate(&table, ValidateOptions::TCP)
+        let options = ValidateOptions {
+            dense_ranks: true,
+            ..ValidateOptions::TCP
+        };
+        hcomm_crds::rank_table::validate(&table, options)
             .map_err(|e| format!("invalid rank table: {e}"))?;
     }
     Ok(table)

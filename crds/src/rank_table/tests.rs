@@ -205,6 +205,19 @@ fn a_server_whose_ranks_have_a_hole_is_refused() {
 }
 
 #[test]
+fn gaps_in_the_ranks_are_fine_for_tcp_only() {
+    let mut t = v1_table(2, 2, 1, false);
+    t.server_list[1].device[0].rank_id = 4;
+    t.server_list[1].device[1].rank_id = 5;
+    let t = RankTable::V1(t);
+    assert_eq!(validate(&t, ValidateOptions::TCP), Ok(()));
+    assert!(matches!(
+        validate(&t, ValidateOptions::HCCL),
+        Err(ValidateError::RankOutOfRange { rank: 4, world: 4 })
+    ));
+}
+
+#[test]
 fn non_adjacent_ranks_on_a_server_are_fine_for_tcp_only() {
     let mut t = v1_table(2, 2, 1, false);
     t.server_list[0].device[1].rank_id = 2;

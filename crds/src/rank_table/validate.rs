@@ -29,6 +29,11 @@ pub struct ValidateOptions {
     /// node can hold non-adjacent ranks (`[0, 2, 3]`) after a failure; placement that keeps
     /// blocks contiguous is needed before `backend: hccl` can scale elastically.
     pub contiguous_server_ranks: bool,
+    /// Require the ranks to be exactly `0..n-1`, as HCCL does. The operator keeps a
+    /// member's ranks stable across epochs (`index × devicesPerMember`) so the members
+    /// that serve never move; after a scale-in or a replacement the TCP backend's table
+    /// has gaps (`0, 1, 4, 5`). Repeated ranks are refused either way.
+    pub dense_ranks: bool,
 }
 
 impl ValidateOptions {
@@ -36,11 +41,14 @@ impl ValidateOptions {
     pub const HCCL: Self = Self {
         require_device_ips: true,
         contiguous_server_ranks: true,
+        dense_ranks: true,
     };
-    /// HCCL's rules minus the device-address and rank-block requirements (`backend: tcp`).
+    /// HCCL's rules minus the device-address, rank-block and dense-rank requirements
+    /// (`backend: tcp`).
     pub const TCP: Self = Self {
         require_device_ips: false,
         contiguous_server_ranks: false,
+        dense_ranks: false,
     };
 
     /// The rule set for a group's backend.
@@ -137,7 +145,7 @@ fn ranks(servers: &[ServerView<'_>], options: ValidateOptions) -> Result<(), Val
         if !seen.insert(rank) {
             return Err(ValidateError::DuplicateRank { rank });
         }
-        if usize::try_from(rank).ok().is_none_or(|r| r >= world) {
+        if options.dense_ranks && usize::try_from(rank).ok().is_none_or(|r| r >= world) {
             return Err(ValidateError::RankOutOfRange { rank, world });
         }
     }
