@@ -73,6 +73,16 @@ pub struct AgentConfig {
 }
 
 impl AgentConfig {
+    /// The NIC rule of the node itself (no group's `socketIfname`): what the inventory
+    /// reports as the data NIC and what the health probes leave through.
+    pub fn node_nic_rule(&self) -> crate::nic::NicRule {
+        crate::nic::NicRule {
+            socket_ifname: None,
+            data_address: self.data_address,
+            management: self.management_interface.clone(),
+        }
+    }
+
     /// Defaults for `node`, as documented on the flags.
     pub fn new(node: impl Into<String>) -> AgentConfig {
         AgentConfig {

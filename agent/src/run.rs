@@ -7,25 +7,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
 use tokio::sync::watch;
 
 use crate::config::{AgentConfig, Context};
 use crate::error::{Error, Result};
-use crate::inventory::{self, publish::publish};
+use crate::inventory;
 use crate::local_api::server::{self as api_server, Access};
 use crate::member::weights_sync::EngineSyncer;
-use crate::nic::NicRule;
 use crate::weights::{ChunkServer, CurrentLink, GroupSecret, ServerConfig, WeightStore, gc};
-
-fn node_rule(cfg: &AgentConfig) -> NicRule {
-    NicRule {
-        socket_ifname: None,
-        data_address: cfg.data_address,
-        management: cfg.management_interface.clone(),
-    }
-}
 
 async fn refresh_inventory(ctx: &Context) -> Result<()> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
@@ -35,19 +25,8 @@ async fn refresh_inventory(ctx: &Context) -> Result<()> {
     };
     let topo = inventory::topology_from(&ctx.cfg.topology, &labels);
     let inv = inventory::collect(&ctx.cfg.sources, topo).await;
-    let tests = ctx
-        .link_tests
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
-    let status = inventory::to_status(
-        &inv,
-        &node_rule(&ctx.cfg),
-        tests,
-        Time(k8s_openapi::jiff::Timestamp::now()),
-    );
     *ctx.inventory.write().await = inv;
-    publish(&ctx.client, &ctx.cfg.node_name, &status).await
+    inventory::publish::publish_known(ctx).await
 }
 
 async fn inventory_loop(ctx: Arc<Context>) {
@@ -114,7 +93,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         .inventory
         .read()
         .await
-        .data_nic(&node_rule(&ctx.cfg))
+        .data_nic(&ctx.cfg.node_nic_rule())
         .map(|c| c.ip)
         .ok_or_else(|| {
             Error::Config("no data interface found on this node (see --data-address)".into())

@@ -5,7 +5,8 @@
 //! conditions) and, when a link turns dead, in a Kubernetes Event on the `HcommNode`.
 //!
 //! `linkTests` rides along with the periodic inventory refresh; a link that turns dead or
-//! answers again is published at once (a merge patch of `status.linkTests` only), so the
+//! answers again is published at once (the whole status, from the inventory in hand, under
+//! the agent's one field manager), so the
 //! group condition follows within one probe interval instead of one inventory interval.
 
 use std::net::SocketAddr;
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use hcomm_comm::tcp::TcpComm;
 use hcomm_comm::{Communicator, DataType, ReduceOp};
-use hcomm_crds::{HcommNode, LinkTestResult};
+use hcomm_crds::LinkTestResult;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::watch;
 
@@ -107,25 +108,6 @@ pub fn reachability_changed(before: &[LinkTestResult], after: &[LinkTestResult])
     })
 }
 
-/// Writes only `status.linkTests` of this node's `HcommNode` (a merge patch: the list is
-/// replaced, every other field stays). The next inventory refresh applies the same list
-/// with the agent's field manager and takes the field back.
-async fn publish_link_tests(
-    client: &kube::Client,
-    node: &str,
-    tests: &[LinkTestResult],
-) -> Result<(), kube::Error> {
-    let api: kube::Api<HcommNode> = kube::Api::all(client.clone());
-    let patch = serde_json::json!({ "status": { "linkTests": tests } });
-    let pp = kube::api::PatchParams {
-        field_manager: Some(format!("{}-health", crate::FIELD_MANAGER)),
-        ..Default::default()
-    };
-    api.patch_status(node, &pp, &kube::api::Patch::Merge(&patch))
-        .await
-        .map(|_| ())
-}
-
 /// Probes every known peer through the node's data NIC every `health_interval`.
 pub async fn probe_loop(ctx: Arc<Context>) {
     let mut tick = tokio::time::interval(ctx.cfg.health_interval);
@@ -136,11 +118,7 @@ pub async fn probe_loop(ctx: Arc<Context>) {
         if peers.is_empty() {
             continue;
         }
-        let rule = crate::nic::NicRule {
-            socket_ifname: None,
-            data_address: ctx.cfg.data_address,
-            management: ctx.cfg.management_interface.clone(),
-        };
+        let rule = ctx.cfg.node_nic_rule();
         let Some(chosen) = ctx.inventory.read().await.data_nic(&rule) else {
             continue;
         };
@@ -175,7 +153,7 @@ pub async fn probe_loop(ctx: Arc<Context>) {
         );
         if reachability_changed(&before, &results) {
             // Bounded: a slow API server must not stall the probe rhythm.
-            let publish = publish_link_tests(&ctx.client, &ctx.cfg.node_name, &results);
+            let publish = crate::inventory::publish::publish_known(&ctx);
             match tokio::time::timeout(Duration::from_secs(5), publish).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::warn!(error = %e, "could not publish link tests"),

@@ -308,6 +308,25 @@ pub async fn a_cut_off_host_is_replaced_and_used_again_once_restored(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let links_back = t.elapsed();
+    // The link flips above were published at once by the health prober, and the periodic
+    // inventory refresh publishes the same status: one writer (field manager) for all of
+    // `HcommNode.status`, so neither takes `linkTests` from the other.
+    let nodes: Api<hcomm_crds::HcommNode> = Api::all(bed.client().await?);
+    for node in nodes.list(&ListParams::default()).await? {
+        let status_managers: Vec<String> = node
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|f| f.subresource.as_deref() == Some("status"))
+            .filter_map(|f| f.manager.clone())
+            .collect();
+        ensure!(
+            status_managers.iter().all(|m| m == "hcomm-agent"),
+            "HcommNode {:?} status has writers {status_managers:?}; only the agent's hcomm-agent may write it",
+            node.metadata.name
+        );
+    }
     bed.scale("decode", 8)?;
     let filled = bed.wait_pool_ready(NS, "decode", 8, POOL_WAIT).await?;
     let on_restored = filled.iter().filter(|m| m.node == victim_node).count();
