@@ -23,7 +23,7 @@ pub const NODE: &str = "node-a";
 /// A table of two members: this one (node-a, device 0) and a peer (node-b, device 0).
 pub fn table() -> RankTable {
     RankTable::parse(
-        r#"{"server_list":[
+        r#"{"version":"1.0","status":"completed","server_count":"2","server_list":[
         {"server_id":"node-a","host_ip":"127.0.0.1","device":[{"device_id":"0","rank_id":"0"}]},
         {"server_id":"node-b","host_ip":"127.0.0.2","device":[{"device_id":"0","rank_id":"1"}]}]}"#,
     )
