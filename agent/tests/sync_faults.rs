@@ -179,8 +179,8 @@ fn member(h: &SimHost) -> (String, String, i32) {
 }
 
 fn weights(digest: &Digest, version: &str) -> serde_json::Value {
-    // Not importable by the agent: a sync can only succeed from peers.
-    json!({"source": format!("https://weights.invalid/{version}"), "version": version,
+    // No declared source (peers only): a sync can only succeed from peers.
+    json!({"source": "", "version": version,
            "digest": digest.to_string()})
 }
 
