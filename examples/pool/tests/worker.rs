@@ -234,16 +234,17 @@ async fn the_worker_serves_only_loaded_pinned_weights_reports_inflight_and_drain
         let (http, ep) = (http.clone(), ep.clone());
         tokio::spawn(async move { generate(&http, &ep, 500).await })
     };
-    inflight_reaches(&mut inflight, 1).await;
+    // Wait on the worker itself: the agent may still be hearing the late 1-then-0 of the
+    // epoch-4 request above, so its 1 does not prove the long request has started.
+    stats_until(&http, &ep, "long request started", |s| s["inflight"] == 1).await;
     hub.notify("default/w-0", Notice::DrainRequested { deadline: None });
-    stats_until(&http, &ep, "draining", |s| s["draining"] == true).await;
+    let s = stats_until(&http, &ep, "draining", |s| s["draining"] == true).await;
+    assert_eq!(s["inflight"], 1, "the long request is still in flight");
     let r = generate(&http, &ep, 1).await;
     assert_eq!((r.status, json_of(&r)), (503, json!({"error": "draining"})));
-    assert_eq!(
-        *slot.inflight.borrow(),
-        Some(1),
-        "the long request is still in flight"
-    );
+    // The drain itself triggers a report, so the agent hears the 1 even when an earlier
+    // request's late 1-then-0 reports were still on their way when the drain began.
+    inflight_reaches(&mut inflight, 1).await;
     assert_eq!(long.await.unwrap().status, 200);
     inflight_reaches(&mut inflight, 0).await;
     let s = stats(&http, &ep).await;
