@@ -19,7 +19,9 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use hcomm_crds::contract::{GroupConditionType, GroupReason, PodConditionType, PodReason, env};
+use hcomm_crds::contract::{
+    GroupConditionType, GroupReason, PodConditionType, PodReason, ascend, env,
+};
 use hcomm_crds::{GroupPhase, MemberPhase, rank_table};
 
 /// Names that are also phase names (see the module docs).
@@ -37,6 +39,14 @@ fn forbidden() -> BTreeSet<&'static str> {
         rank_table::KEY_RANK_TABLE,
         rank_table::MOUNT_DIR,
         rank_table::RANK_TABLE_FILE,
+        ascend::RESOURCE_ASCEND910,
+        ascend::RESOURCE_NPU,
+        ascend::ANNOTATION_ASCEND_910_CONFIGURATION,
+        ascend::ANNOTATION_ASCEND_NPU_CONFIGURATION,
+        ascend::ANNOTATION_ASCEND_REAL,
+        ascend::POD_RESOURCES_SOCKET,
+        ascend::LABEL_CHIP_NAME,
+        ascend::LABEL_TOPOTREE_SUPER_POD,
     ]);
     for word in PHASE_WORDS {
         names.remove(word);

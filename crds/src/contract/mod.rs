@@ -7,6 +7,7 @@
 //! and `HcommNode`. Reasons are fixed CamelCase words, so people can search for them in
 //! Events and dashboards can group by them.
 
+pub mod ascend;
 pub mod env;
 pub mod group;
 mod names;
