@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use hcomm_crds::contract::PodReason;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -91,7 +92,7 @@ impl KubeCluster {
                         tracing::info!(
                             condition = c.type_,
                             status = c.status,
-                            reason = c.reason,
+                            reason = c.reason.as_str(),
                             "pod condition"
                         );
                     }
@@ -105,14 +106,14 @@ impl KubeCluster {
         }
     }
 
-    async fn publish(&self, warning: bool, reason: &str, message: String) {
+    async fn publish(&self, warning: bool, reason: PodReason, message: String) {
         let ev = KubeEvent {
             type_: if warning {
                 EventType::Warning
             } else {
                 EventType::Normal
             },
-            reason: reason.into(),
+            reason: reason.as_str().into(),
             note: Some(message.chars().take(1000).collect()),
             action: "MemberLifecycle".into(),
             secondary: None,
@@ -148,7 +149,7 @@ impl Cluster for KubeCluster {
         self.write(updates).boxed()
     }
 
-    fn event(&self, warning: bool, reason: &'static str, message: String) -> BoxFuture<'_, ()> {
+    fn event(&self, warning: bool, reason: PodReason, message: String) -> BoxFuture<'_, ()> {
         self.publish(warning, reason, message).boxed()
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use hcomm_crds::contract::PodReason;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
 
@@ -40,7 +41,7 @@ pub struct ClusterState {
     /// Every condition written, in order.
     pub conditions: Vec<CondUpdate>,
     /// Every Event published: (warning, reason, message).
-    pub events: Vec<(bool, &'static str, String)>,
+    pub events: Vec<(bool, PodReason, String)>,
 }
 
 #[derive(Clone, Default)]
@@ -52,7 +53,7 @@ impl FakeCluster {
     }
 
     /// The last status written for condition `type_`, with its reason.
-    pub fn condition(&self, type_: &str) -> Option<(bool, &'static str)> {
+    pub fn condition(&self, type_: &str) -> Option<(bool, PodReason)> {
         self.with(|s| {
             s.conditions
                 .iter()
@@ -63,7 +64,7 @@ impl FakeCluster {
     }
 
     /// The condition writes as (type, status, reason), in order.
-    pub fn writes(&self) -> Vec<(&'static str, bool, &'static str)> {
+    pub fn writes(&self) -> Vec<(&'static str, bool, PodReason)> {
         self.with(|s| {
             s.conditions
                 .iter()
@@ -72,7 +73,7 @@ impl FakeCluster {
         })
     }
 
-    pub fn event_reasons(&self) -> Vec<&'static str> {
+    pub fn event_reasons(&self) -> Vec<PodReason> {
         self.with(|s| s.events.iter().map(|e| e.1).collect())
     }
 }
@@ -104,7 +105,7 @@ impl Cluster for FakeCluster {
         async {}.boxed()
     }
 
-    fn event(&self, warning: bool, reason: &'static str, message: String) -> BoxFuture<'_, ()> {
+    fn event(&self, warning: bool, reason: PodReason, message: String) -> BoxFuture<'_, ()> {
         self.with(|s| s.events.push((warning, reason, message)));
         async {}.boxed()
     }
@@ -115,7 +116,7 @@ impl Cluster for FakeCluster {
 pub enum VerifyScript {
     /// Chooses `ip` as the data address and plans from the table.
     Pass,
-    Fail(&'static str),
+    Fail(PodReason),
     /// Never answers.
     Hang,
 }
@@ -137,7 +138,7 @@ impl Verifier for FakeVerifier {
     ) -> BoxFuture<'a, Verified> {
         let script = lock(&self.script).pop_front().unwrap_or(VerifyScript::Pass);
         async move {
-            let fail = |reason: &'static str| Verified {
+            let fail = |reason: PodReason| Verified {
                 verdict: Verdict {
                     ok: false,
                     reason,
@@ -156,7 +157,7 @@ impl Verifier for FakeVerifier {
                         Ok(p) => Verified {
                             verdict: Verdict {
                                 ok: true,
-                                reason: hcomm_crds::contract::PodReason::Verified.as_str(),
+                                reason: PodReason::Verified,
                                 message: "ok".into(),
                             },
                             chosen: Some(Chosen {
@@ -166,7 +167,7 @@ impl Verifier for FakeVerifier {
                             }),
                             plan: Some(p),
                         },
-                        Err(_) => fail(hcomm_crds::contract::PodReason::DeviceMismatch.as_str()),
+                        Err(_) => fail(PodReason::DeviceMismatch),
                     }
                 }
             }

@@ -20,6 +20,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use hcomm_crds::contract::PodReason;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
 
@@ -44,7 +45,7 @@ pub trait Cluster: Send + Sync {
     /// Merges the member's conditions into its Pod's status.
     fn write_conditions(&self, updates: Vec<CondUpdate>) -> BoxFuture<'_, ()>;
     /// Publishes a Kubernetes Event about the member's Pod.
-    fn event(&self, warning: bool, reason: &'static str, message: String) -> BoxFuture<'_, ()>;
+    fn event(&self, warning: bool, reason: PodReason, message: String) -> BoxFuture<'_, ()>;
 }
 
 /// Verification of the member against a rank table.

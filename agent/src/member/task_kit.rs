@@ -13,10 +13,11 @@ use super::fakes::{FakeCluster, FakeDomain, FakeVerifier, FakeWeights, FakeWorke
 use super::ports::{Clock, JoinError};
 use super::ranktable::RankTable;
 use super::spec::MemberSpec;
-use super::state::{Phase, reasons};
+use super::state::Phase;
 use super::task::{Ports, drive};
 use crate::config::AgentConfig;
 use crate::metrics::Metrics;
+use hcomm_crds::contract::PodReason;
 
 pub const NODE: &str = "node-a";
 
@@ -111,7 +112,7 @@ impl Kit {
 
     pub async fn until_ready(&self) {
         self.until("the gate to open", |k| {
-            k.cluster.condition(POD_MEMBER_READY) == Some((true, reasons::READY))
+            k.cluster.condition(POD_MEMBER_READY) == Some((true, PodReason::MemberReady))
         })
         .await;
     }

@@ -9,10 +9,11 @@ use hcomm_crds::contract::{
 
 use super::fakes::{VerifyScript, synced};
 use super::ports::JoinError;
-use super::state::{Phase, reasons};
+use super::state::Phase;
 use super::task_kit::{Kit, table, waiting};
-use super::weights::{SyncFailure, reasons as sync_reasons};
+use super::weights::SyncFailure;
 use crate::local_api::Notice;
+use hcomm_crds::contract::PodReason;
 
 #[tokio::test(start_paused = true)]
 async fn a_member_is_verified_synced_joined_then_opens_the_gate_in_that_order() {
@@ -22,14 +23,10 @@ async fn a_member_is_verified_synced_joined_then_opens_the_gate_in_that_order() 
     assert_eq!(
         kit.cluster.writes(),
         [
-            (
-                POD_VERIFIED,
-                true,
-                hcomm_crds::contract::PodReason::Verified.as_str()
-            ),
-            (POD_WEIGHTS_SYNCED, true, reasons::WEIGHTS_SYNCED),
-            (POD_JOINED, true, reasons::JOINED),
-            (POD_MEMBER_READY, true, reasons::READY),
+            (POD_VERIFIED, true, PodReason::Verified),
+            (POD_WEIGHTS_SYNCED, true, PodReason::WeightsSynced),
+            (POD_JOINED, true, PodReason::Joined),
+            (POD_MEMBER_READY, true, PodReason::MemberReady),
         ]
     );
     assert_eq!(kit.domain.with(|d| d.serving), Some(1));
@@ -70,26 +67,20 @@ async fn a_failed_verification_writes_verified_false_and_is_retried_after_the_ba
         .script
         .lock()
         .unwrap()
-        .push_back(VerifyScript::Fail(
-            hcomm_crds::contract::PodReason::NicUnreachable.as_str(),
-        ));
+        .push_back(VerifyScript::Fail(PodReason::NicUnreachable));
     let _task = kit.start();
     kit.until("verified=False", |k| {
-        k.cluster.condition(POD_VERIFIED)
-            == Some((
-                false,
-                hcomm_crds::contract::PodReason::NicUnreachable.as_str(),
-            ))
+        k.cluster.condition(POD_VERIFIED) == Some((false, PodReason::NicUnreachable))
     })
     .await;
     assert_eq!(
         kit.cluster.condition(POD_MEMBER_READY),
-        Some((false, reasons::NOT_READY))
+        Some((false, PodReason::NotReady))
     );
     assert!(
         kit.cluster
             .event_reasons()
-            .contains(&hcomm_crds::contract::GroupReason::VerificationFailed.as_str())
+            .contains(&PodReason::VerificationFailed)
     );
     assert_eq!(*kit.weights.finished.lock().unwrap(), 0, "never syncs");
     kit.until_ready().await;
@@ -106,7 +97,7 @@ async fn a_verification_that_never_answers_times_out_as_verified_false() {
     let started = tokio::time::Instant::now();
     let _task = kit.start();
     kit.until("the verification deadline", |k| {
-        k.cluster.condition(POD_VERIFIED) == Some((false, reasons::VERIFY_TIMED_OUT))
+        k.cluster.condition(POD_VERIFIED) == Some((false, PodReason::VerificationTimedOut))
     })
     .await;
     // The group's default connect timeout is 30 s: the backstop is 2 × 30 s + 5 s.
@@ -118,9 +109,9 @@ async fn a_verification_that_never_answers_times_out_as_verified_false() {
 #[tokio::test(start_paused = true)]
 async fn a_lost_weight_source_fails_the_sync_with_warnings_and_the_retry_syncs() {
     let kit = Kit::new();
-    let mut lost = SyncFailure::new(sync_reasons::PEER_FETCH_FAILED, "127.0.0.2:7512 went away");
+    let mut lost = SyncFailure::new(PodReason::PeerFetchFailed, "127.0.0.2:7512 went away");
     lost.warnings
-        .push((sync_reasons::SOURCE_LOST, "127.0.0.2:7512: reset".into()));
+        .push((PodReason::WeightsSourceLost, "127.0.0.2:7512: reset".into()));
     kit.weights
         .script
         .lock()
@@ -128,15 +119,12 @@ async fn a_lost_weight_source_fails_the_sync_with_warnings_and_the_retry_syncs()
         .push_back((Duration::from_secs(3), Err(lost)));
     let _task = kit.start();
     kit.until("weights-synced=False", |k| {
-        k.cluster.condition(POD_WEIGHTS_SYNCED) == Some((false, sync_reasons::PEER_FETCH_FAILED))
+        k.cluster.condition(POD_WEIGHTS_SYNCED) == Some((false, PodReason::PeerFetchFailed))
     })
     .await;
     let events = kit.cluster.event_reasons();
-    assert!(events.contains(&sync_reasons::SOURCE_LOST), "{events:?}");
-    assert!(
-        events.contains(&sync_reasons::PEER_FETCH_FAILED),
-        "{events:?}"
-    );
+    assert!(events.contains(&PodReason::WeightsSourceLost), "{events:?}");
+    assert!(events.contains(&PodReason::PeerFetchFailed), "{events:?}");
     assert!(kit.domain.with(|d| d.attempts.is_empty()), "never joins");
     kit.until_ready().await;
     assert_eq!(*kit.weights.finished.lock().unwrap(), 2);
@@ -177,7 +165,7 @@ async fn a_rejected_epoch_fails_the_join_and_the_retry_joins() {
         .with(|d| d.script.push_back((Duration::ZERO, Err(rejected))));
     let _task = kit.start();
     kit.until("joined=False", |k| {
-        k.cluster.condition(POD_JOINED) == Some((false, reasons::JOIN_FAILED))
+        k.cluster.condition(POD_JOINED) == Some((false, PodReason::JoinFailed))
     })
     .await;
     assert_eq!(
@@ -217,7 +205,7 @@ async fn a_rank_table_for_a_newer_epoch_mid_join_makes_the_member_join_that_epoc
     assert!(
         !kit.cluster
             .writes()
-            .contains(&(POD_JOINED, false, reasons::JOIN_FAILED))
+            .contains(&(POD_JOINED, false, PodReason::JoinFailed))
     );
 }
 
@@ -239,7 +227,7 @@ async fn a_join_that_times_out_while_peers_are_still_arriving_initialises_again(
     assert!(
         !kit.cluster
             .writes()
-            .contains(&(POD_JOINED, false, reasons::JOIN_FAILED))
+            .contains(&(POD_JOINED, false, PodReason::JoinFailed))
     );
 }
 
@@ -252,7 +240,7 @@ async fn a_join_that_times_out_with_no_peer_arriving_fails() {
     });
     let _task = kit.start();
     kit.until("joined=False", |k| {
-        k.cluster.condition(POD_JOINED) == Some((false, reasons::JOIN_FAILED))
+        k.cluster.condition(POD_JOINED) == Some((false, PodReason::JoinFailed))
     })
     .await;
 }
@@ -274,7 +262,7 @@ async fn a_new_epoch_while_ready_rejoins_beside_the_old_one_and_tells_the_worker
     );
     assert_eq!(
         kit.cluster.condition(POD_MEMBER_READY),
-        Some((true, reasons::READY)),
+        Some((true, PodReason::MemberReady)),
         "the gate stays open"
     );
 }
@@ -287,7 +275,7 @@ async fn a_drain_closes_the_gate_waits_for_in_flight_requests_then_leaves_draine
     kit.worker.in_flight.send_replace(Some(3));
     kit.request_drain();
     kit.until("the gate to close", |k| {
-        k.cluster.condition(POD_MEMBER_READY) == Some((false, reasons::DRAINING))
+        k.cluster.condition(POD_MEMBER_READY) == Some((false, PodReason::Draining))
     })
     .await;
     tokio::time::sleep(Duration::from_secs(30)).await;
@@ -295,12 +283,12 @@ async fn a_drain_closes_the_gate_waits_for_in_flight_requests_then_leaves_draine
     assert_eq!(kit.domain.with(|d| d.leaves), 0);
     kit.worker.in_flight.send_replace(Some(0));
     kit.until("drained", |k| {
-        k.cluster.condition(POD_DRAINED) == Some((true, reasons::DRAINED))
+        k.cluster.condition(POD_DRAINED) == Some((true, PodReason::Drained))
     })
     .await;
     assert_eq!(
         kit.cluster.condition(POD_JOINED),
-        Some((false, reasons::LEFT))
+        Some((false, PodReason::Left))
     );
     assert!(kit.domain.with(|d| d.leaves >= 1 && d.serving.is_none()));
     kit.delete_pod();
@@ -318,18 +306,18 @@ async fn a_drain_past_its_deadline_is_recorded_as_drain_timed_out_and_still_leav
     let asked = tokio::time::Instant::now();
     kit.request_drain();
     kit.until("drain timed out", |k| {
-        k.cluster.condition(POD_DRAINED) == Some((true, reasons::DRAIN_TIMED_OUT))
+        k.cluster.condition(POD_DRAINED) == Some((true, PodReason::DrainTimedOut))
     })
     .await;
     assert!(asked.elapsed() >= Duration::from_secs(20));
     assert!(
         kit.cluster
             .event_reasons()
-            .contains(&reasons::DRAIN_TIMED_OUT)
+            .contains(&PodReason::DrainTimedOut)
     );
     assert_eq!(
         kit.cluster.condition(POD_JOINED),
-        Some((false, reasons::LEFT))
+        Some((false, PodReason::Left))
     );
     assert!(kit.domain.with(|d| d.leaves >= 1 && d.serving.is_none()));
 }
@@ -341,9 +329,7 @@ async fn a_drain_before_the_member_served_leaves_without_waiting() {
         .script
         .lock()
         .unwrap()
-        .push_back(VerifyScript::Fail(
-            hcomm_crds::contract::PodReason::NicUnreachable.as_str(),
-        ));
+        .push_back(VerifyScript::Fail(PodReason::NicUnreachable));
     let _task = kit.start();
     kit.until("verified=False", |k| {
         k.cluster.condition(POD_VERIFIED).is_some()
@@ -352,7 +338,7 @@ async fn a_drain_before_the_member_served_leaves_without_waiting() {
     kit.worker.in_flight.send_replace(Some(3));
     kit.request_drain();
     kit.until("drained", |k| {
-        k.cluster.condition(POD_DRAINED) == Some((true, reasons::DRAINED))
+        k.cluster.condition(POD_DRAINED) == Some((true, PodReason::Drained))
     })
     .await;
     let notices = kit.worker.notices.lock().unwrap().clone();
@@ -377,7 +363,7 @@ async fn a_worker_that_never_reports_serving_fails_the_join_instead_of_opening_t
         .send_modify(|p| p.as_mut().unwrap().await_worker = true);
     let _task = kit.start();
     kit.until("joined=False", |k| {
-        k.cluster.condition(POD_JOINED) == Some((false, reasons::JOIN_FAILED))
+        k.cluster.condition(POD_JOINED) == Some((false, PodReason::JoinFailed))
     })
     .await;
     assert_eq!(kit.cluster.condition(POD_MEMBER_READY), None);

@@ -41,6 +41,11 @@ string_enum! {
         NoRankTable => "NoRankTable",
         /// Verification did not finish within its deadline.
         VerificationTimedOut => "VerificationTimedOut",
+        /// Verification failed (the Event that carries the failing check's reason).
+        VerificationFailed => "VerificationFailed",
+        /// The group's `comm.backend` is `hccl` and the HCCL runtime cannot be loaded on
+        /// the node.
+        HcclUnavailable => "HcclUnavailable",
         /// The weights are in place and verified.
         WeightsSynced => "WeightsSynced",
         /// Syncing the weights failed.
