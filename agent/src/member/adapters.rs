@@ -23,7 +23,9 @@ use super::domain::Domain;
 use super::group::{
     GroupView, fetch_group, fetch_member_pods, fetch_rank_table, rank_table_name, still_arriving,
 };
-use super::ports::{Clock, Cluster, CommDomain, JoinError, JoinSpec, Verifier, Worker};
+use super::ports::{
+    Allocations, Clock, Cluster, CommDomain, JoinError, JoinSpec, Verifier, Worker,
+};
 use super::ranktable::RankTable;
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
@@ -304,6 +306,42 @@ impl Worker for HubWorker {
 
     fn forget(&self) {
         self.ctx.hub.remove(&self.key);
+    }
+}
+
+/// Each PodResources call (connect included) ends within this; the member's verification
+/// deadline bounds the whole wait for an allocation.
+pub const KUBELET_CALL_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The kubelet's PodResources socket.
+pub struct KubeletAllocations(hcomm_kubelet::PodResourcesClient);
+
+impl KubeletAllocations {
+    pub fn new(cfg: &crate::config::AgentConfig) -> KubeletAllocations {
+        KubeletAllocations(hcomm_kubelet::PodResourcesClient::new(
+            cfg.pod_resources_socket.clone(),
+            KUBELET_CALL_DEADLINE,
+        ))
+    }
+}
+
+impl Allocations for KubeletAllocations {
+    fn kubelet_devices<'a>(
+        &'a self,
+        namespace: &'a str,
+        pod: &'a str,
+        resource: &'a str,
+    ) -> BoxFuture<'a, std::result::Result<Option<Vec<String>>, hcomm_kubelet::PodResourcesError>>
+    {
+        async move {
+            // List, not Get: Get needs a feature gate before Kubernetes 1.34.
+            let pods = self.0.list().await?;
+            Ok(pods
+                .into_iter()
+                .find(|p| p.namespace == namespace && p.name == pod)
+                .map(|p| p.device_ids(resource)))
+        }
+        .boxed()
     }
 }
 

@@ -16,7 +16,9 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
 
 use super::group::GroupView;
-use super::ports::{Clock, Cluster, CommDomain, JoinError, JoinSpec, Verifier, Worker};
+use super::ports::{
+    Allocations, Clock, Cluster, CommDomain, JoinError, JoinSpec, Verifier, Worker,
+};
 use super::ranktable::{RankTable, plan};
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
@@ -324,5 +326,46 @@ impl Clock for PausedClock {
     fn now(&self) -> Timestamp {
         let d = tokio::time::Instant::now() - self.start;
         self.base + d
+    }
+}
+
+/// What the fake kubelet answers for the member's Pod: the device ids (`Ok(None)`: the
+/// Pod is not listed, the default) or an error; `calls` counts the questions.
+#[derive(Clone)]
+pub struct FakeAllocations {
+    pub answer:
+        Arc<Mutex<std::result::Result<Option<Vec<String>>, hcomm_kubelet::PodResourcesError>>>,
+    pub calls: Arc<Mutex<u32>>,
+}
+
+impl Default for FakeAllocations {
+    fn default() -> FakeAllocations {
+        FakeAllocations {
+            answer: Arc::new(Mutex::new(Ok(None))),
+            calls: Arc::default(),
+        }
+    }
+}
+
+impl FakeAllocations {
+    pub fn set(
+        &self,
+        answer: std::result::Result<Option<Vec<String>>, hcomm_kubelet::PodResourcesError>,
+    ) {
+        *lock(&self.answer) = answer;
+    }
+}
+
+impl Allocations for FakeAllocations {
+    fn kubelet_devices<'a>(
+        &'a self,
+        _namespace: &'a str,
+        _pod: &'a str,
+        _resource: &'a str,
+    ) -> BoxFuture<'a, std::result::Result<Option<Vec<String>>, hcomm_kubelet::PodResourcesError>>
+    {
+        *lock(&self.calls) += 1;
+        let answer = lock(&self.answer).clone();
+        async move { answer }.boxed()
     }
 }

@@ -10,6 +10,7 @@
 //! - [`CommDomain`] — joining and leaving the group's domain at an epoch.
 //! - [`Worker`] — the local API: the worker's assignment, notices, in-flight count and
 //!   `serving` report.
+//! - [`Allocations`] — the kubelet's PodResources record: which NPUs a Pod really got.
 //! - [`Clock`] — the wall clock (the drain deadline counts from a Pod annotation's time);
 //!   timers are tokio's, which tests pause and advance.
 //!
@@ -111,6 +112,19 @@ pub trait Worker: Send + Sync {
     fn serving(&self) -> watch::Receiver<bool>;
     /// The member is gone: forget its slot.
     fn forget(&self);
+}
+
+/// The kubelet's record of the devices each Pod on the node was allocated (PodResources
+/// `List`). Read during verification only: a serving member is never re-checked.
+pub trait Allocations: Send + Sync {
+    /// The kubelet device ids of `resource` allocated to Pod `namespace/pod`, over its
+    /// containers; None when the kubelet does not list the Pod.
+    fn kubelet_devices<'a>(
+        &'a self,
+        namespace: &'a str,
+        pod: &'a str,
+        resource: &'a str,
+    ) -> BoxFuture<'a, std::result::Result<Option<Vec<String>>, hcomm_kubelet::PodResourcesError>>;
 }
 
 /// The wall clock.

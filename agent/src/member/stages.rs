@@ -55,6 +55,9 @@ impl Run {
             .or_else(|| self.cfg.socket_ifname.clone());
         let timeout = DomainConfig::from_comm(&self.group.comm).timeouts.connect;
         let deadline = verify_deadline(timeout);
+        if let Some(failed) = self.check_allocation(&table, deadline).await {
+            return failed;
+        }
         let checked = self
             .ports
             .verifier
@@ -101,6 +104,7 @@ impl Run {
             devices: plan.devices_in_rank_order.clone(),
             weights_path: self.weights_path.clone(),
             epoch: self.planned_epoch(),
+            processes: self.processes(),
         });
     }
 
