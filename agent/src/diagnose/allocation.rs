@@ -4,20 +4,25 @@
 //! they agree — the same judgement as the member's verification
 //! ([`crate::member::allocation::decide`]), so the row and the Pod's `AllocationMismatch`
 //! or `AllocationUnknown` never tell different stories. Reading is I/O under the API
-//! deadline ([`read`]); the row is pure ([`check`]).
+//! deadline ([`read`]); the judgement is pure ([`judge`]; `checks` makes it a row).
 
 use std::path::Path;
 use std::time::Duration;
 
 use hcomm_kubelet::PodResourcesClient;
 
-use super::checks::{Finding, Outcome};
-use super::cluster::Objects;
-use super::facts::Facts;
 use crate::member::allocation::{
     AllocationFacts, AllocationOutcome, NpuRequest, decide, member_entries,
 };
 use crate::member::ranktable::{self, server_of};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+
+/// The row's likely cause.
+pub const CAUSE: &str =
+    "the NPUs the kubelet allocated, the device plugin's annotation and the rank table disagree";
+/// What the row compares.
+pub const CHECKED: &str =
+    "kubelet PodResources vs the device plugin's annotation vs the rank table";
 
 /// What was seen of one member's allocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,10 +38,15 @@ pub struct AllocationSeen {
     pub table: Result<Vec<(u32, u32)>, String>,
 }
 
-/// Reads the allocation of the Pod in `objects`; None when there is no Pod or it requests
-/// no NPU resource.
-pub async fn read(objects: &Objects, socket: &Path, deadline: Duration) -> Option<AllocationSeen> {
-    let spec = crate::member::spec::from_pod(objects.pod.as_ref()?)?;
+/// Reads the allocation of the member Pod `pod` (with its group's rank-table ConfigMap);
+/// None when there is no Pod or it requests no NPU resource.
+pub async fn read(
+    pod: Option<&Pod>,
+    rank_table: Option<&ConfigMap>,
+    socket: &Path,
+    deadline: Duration,
+) -> Option<AllocationSeen> {
+    let spec = crate::member::spec::from_pod(pod?)?;
     let request = spec.npu.clone()?;
     let kubelet = PodResourcesClient::new(socket, deadline)
         .list()
@@ -53,10 +63,8 @@ pub async fn read(objects: &Objects, socket: &Path, deadline: Duration) -> Optio
         .flatten()
         .filter_map(|id| hcomm_crds::contract::ascend::physical_id_of(id))
         .collect();
-    let json = objects
-        .rank_table
-        .as_ref()
-        .and_then(|c| c.data.as_ref()?.get(hcomm_crds::rank_table::KEY_RANK_TABLE));
+    let json =
+        rank_table.and_then(|c| c.data.as_ref()?.get(hcomm_crds::rank_table::KEY_RANK_TABLE));
     let table = match json {
         None => Err("no rank-table ConfigMap".to_owned()),
         Some(j) => ranktable::parse(j).map(|t| {
@@ -77,34 +85,29 @@ pub async fn read(objects: &Objects, socket: &Path, deadline: Duration) -> Optio
     })
 }
 
-/// The row (pure).
-pub fn check(f: &Facts) -> Finding {
-    let row = Finding {
-        id: "npu-allocation",
-        symptom: "errors on new members",
-        cause: "the NPUs the kubelet allocated, the device plugin's annotation and the rank table disagree",
-        checked: "kubelet PodResources vs the device plugin's annotation vs the rank table".into(),
-        outcome: Outcome::Pass,
-        detail: String::new(),
-    };
-    let with = |outcome, detail: String| Finding {
-        outcome,
-        detail,
-        ..row.clone()
-    };
-    let Some(seen) = &f.allocation else {
-        return with(
-            Outcome::Skip,
-            "no member Pod requesting an NPU resource (--pod)".into(),
-        );
-    };
+/// How the three records compare (pure; `checks` turns it into the table's row).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judgement {
+    /// They agree; the member's rank:device entries.
+    Agree(String),
+    /// The kubelet or the device plugin has not recorded the allocation.
+    NotYet(String),
+    /// They contradict each other, or the kubelet could not be asked.
+    Disagree(String),
+    /// No usable rank table to compare with.
+    NoTable(String),
+}
+
+/// Judges what was seen, as the member's verification would.
+pub fn judge(seen: &AllocationSeen) -> Judgement {
+    let pod = &seen.pod;
     let kubelet = match &seen.kubelet {
         Ok(k) => k.as_deref(),
-        Err(e) => return with(Outcome::Fail, format!("{}: {e}", seen.pod)),
+        Err(e) => return Judgement::Disagree(format!("{pod}: {e}")),
     };
     let table = match &seen.table {
         Ok(t) => t.as_slice(),
-        Err(e) => return with(Outcome::Skip, format!("{}: {e}", seen.pod)),
+        Err(e) => return Judgement::NoTable(format!("{pod}: {e}")),
     };
     let outcome = decide(AllocationFacts {
         request: &seen.request,
@@ -115,19 +118,15 @@ pub fn check(f: &Facts) -> Finding {
     match outcome {
         AllocationOutcome::Agreed(entries) => {
             let e: Vec<String> = entries.iter().map(|(r, d)| format!("{r}:{d}")).collect();
-            with(
-                Outcome::Pass,
-                format!(
-                    "{}: {} × {} agree, rank:device [{}]",
-                    seen.pod,
-                    seen.request.count,
-                    seen.request.resource,
-                    e.join(",")
-                ),
-            )
+            Judgement::Agree(format!(
+                "{pod}: {} × {} agree, rank:device [{}]",
+                seen.request.count,
+                seen.request.resource,
+                e.join(",")
+            ))
         }
-        AllocationOutcome::Unknown(m) => with(Outcome::Warn, format!("{}: {m}", seen.pod)),
-        AllocationOutcome::Mismatch(m) => with(Outcome::Fail, format!("{}: {m}", seen.pod)),
+        AllocationOutcome::Unknown(m) => Judgement::NotYet(format!("{pod}: {m}")),
+        AllocationOutcome::Mismatch(m) => Judgement::Disagree(format!("{pod}: {m}")),
     }
 }
 
@@ -158,33 +157,28 @@ mod tests {
         }
     }
 
-    fn row(a: Option<AllocationSeen>) -> Finding {
-        check(&Facts {
-            allocation: a,
-            ..Facts::default()
-        })
+    #[test]
+    fn agreement_names_the_entries_and_a_contradiction_names_both_sides() {
+        let Judgement::Agree(ok) = judge(&seen(&[2, 3], &[2, 3])) else {
+            panic!("expected agreement");
+        };
+        assert!(ok.contains("0:2,1:3"), "{ok}");
+        let Judgement::Disagree(bad) = judge(&seen(&[2, 3], &[2, 4])) else {
+            panic!("expected a contradiction");
+        };
+        assert!(bad.contains("[2,3]") && bad.contains("[2,4]"), "{bad}");
     }
 
     #[test]
-    fn the_row_passes_when_all_agree_and_fails_naming_both_sides_otherwise() {
-        let ok = row(Some(seen(&[2, 3], &[2, 3])));
-        assert_eq!(ok.outcome, Outcome::Pass, "{}", ok.detail);
-        assert!(ok.detail.contains("0:2,1:3"), "{}", ok.detail);
-        let bad = row(Some(seen(&[2, 3], &[2, 4])));
-        assert_eq!(bad.outcome, Outcome::Fail);
-        assert!(bad.detail.contains("[2,3]") && bad.detail.contains("[2,4]"));
-    }
-
-    #[test]
-    fn no_npu_pod_skips_and_an_unreadable_kubelet_fails() {
-        assert_eq!(row(None).outcome, Outcome::Skip);
+    fn an_unreadable_kubelet_disagrees_and_a_missing_annotation_is_not_yet() {
         let mut s = seen(&[2, 3], &[2, 3]);
         s.kubelet = Err("socket missing".into());
-        let r = row(Some(s));
-        assert_eq!(r.outcome, Outcome::Fail);
-        assert!(r.detail.contains("socket missing"));
+        assert!(matches!(judge(&s), Judgement::Disagree(m) if m.contains("socket missing")));
         let mut s = seen(&[2, 3], &[2, 3]);
         s.annotation = None;
-        assert_eq!(row(Some(s)).outcome, Outcome::Warn);
+        assert!(matches!(judge(&s), Judgement::NotYet(_)));
+        let mut s = seen(&[2, 3], &[2, 3]);
+        s.table = Err("no rank-table ConfigMap".into());
+        assert!(matches!(judge(&s), Judgement::NoTable(_)));
     }
 }

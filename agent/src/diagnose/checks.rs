@@ -463,6 +463,22 @@ pub fn logs(f: &Facts) -> Finding {
     )
 }
 
+/// The member's NPUs: kubelet vs the device plugin's annotation vs the rank table.
+pub fn npu_allocation(f: &Facts) -> Finding {
+    use super::allocation::{CAUSE, CHECKED, Judgement as J, judge};
+    let row = finding("npu-allocation", NEW, CAUSE, CHECKED);
+    match f.allocation.as_ref().map(judge) {
+        None => row.with(
+            Outcome::Skip,
+            "no member Pod requesting an NPU resource (--pod)",
+        ),
+        Some(J::Agree(d)) => row.with(Outcome::Pass, d),
+        Some(J::NotYet(d)) => row.with(Outcome::Warn, d),
+        Some(J::Disagree(d)) => row.with(Outcome::Fail, d),
+        Some(J::NoTable(d)) => row.with(Outcome::Skip, d),
+    }
+}
+
 /// Every check, in table order.
 pub fn run_all(f: &Facts) -> Vec<Finding> {
     vec![
@@ -475,7 +491,7 @@ pub fn run_all(f: &Facts) -> Vec<Finding> {
         churn(f),
         new_member(f),
         member_conditions(f),
-        super::allocation::check(f),
+        npu_allocation(f),
         logs(f),
     ]
 }

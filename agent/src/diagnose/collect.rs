@@ -218,7 +218,8 @@ pub async fn collect(args: &DiagnoseArgs) -> Facts {
         match cluster::read(&args.cluster).await {
             Ok(objects) => {
                 let socket = &args.pod_resources_socket;
-                f.allocation = allocation::read(&objects, socket, args.cluster.timeout).await;
+                let (pod, table) = (objects.pod.as_ref(), objects.rank_table.as_ref());
+                f.allocation = allocation::read(pod, table, socket, args.cluster.timeout).await;
                 ClusterRead::Read(cluster::snapshot(&args.cluster, &objects))
             }
             Err(why) => ClusterRead::Unreachable(why),

@@ -11,6 +11,8 @@
 pub mod adapters;
 pub mod allocation;
 pub mod allocation_check;
+#[cfg(test)]
+mod allocation_tests;
 pub mod conditions;
 pub mod domain;
 pub mod driver;

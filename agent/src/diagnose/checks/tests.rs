@@ -306,3 +306,21 @@ fn port_problems_fail() {
     f.port_check = Some(Err("port 29600 in use".into()));
     assert_eq!(port_range(&f).outcome, Outcome::Fail);
 }
+
+#[test]
+fn the_npu_allocation_row_fails_on_a_contradiction_and_skips_without_an_npu_pod() {
+    let mut f = healthy();
+    assert_eq!(npu_allocation(&f).outcome, Outcome::Pass);
+    if let Some(a) = f.allocation.as_mut() {
+        a.annotation = Some(r#"{"devices":[{"device_id":"0"},{"device_id":"5"}]}"#.into());
+    }
+    let r = npu_allocation(&f);
+    assert_eq!(r.outcome, Outcome::Fail);
+    assert!(
+        r.detail.contains("[0,1]") && r.detail.contains("[0,5]"),
+        "{}",
+        r.detail
+    );
+    f.allocation = None;
+    assert_eq!(npu_allocation(&f).outcome, Outcome::Skip);
+}
