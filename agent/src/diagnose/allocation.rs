@@ -14,7 +14,7 @@ use hcomm_kubelet::PodResourcesClient;
 use crate::member::allocation::{
     AllocationFacts, AllocationOutcome, NpuRequest, decide, member_entries,
 };
-use crate::member::ranktable::{self, server_of};
+use crate::member::ranktable;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 
 /// The row's likely cause.
@@ -67,14 +67,8 @@ pub async fn read(
         rank_table.and_then(|c| c.data.as_ref()?.get(hcomm_crds::rank_table::KEY_RANK_TABLE));
     let table = match json {
         None => Err("no rank-table ConfigMap".to_owned()),
-        Some(j) => ranktable::parse(j).map(|t| {
-            member_entries(
-                server_of(&t, &spec.node, None).as_ref(),
-                spec.first_rank,
-                request.count,
-                &allocated,
-            )
-        }),
+        Some(j) => ranktable::parse(j)
+            .map(|t| member_entries(&t, &spec.node, spec.first_rank, request.count, &allocated)),
     };
     Some(AllocationSeen {
         pod: spec.key(),

@@ -15,8 +15,10 @@ use std::collections::BTreeSet;
 use hcomm_crds::contract::ascend::{
     DeviceAllocation, RESOURCE_ASCEND910, RESOURCE_NPU, configuration_annotation, physical_id_of,
 };
-use hcomm_crds::rank_table::ServerView;
+use hcomm_crds::rank_table::RankTable;
 use k8s_openapi::api::core::v1::Pod;
+
+use super::ranktable::server_of;
 
 /// The NPU resource a Pod requests, and how many.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,15 +85,38 @@ pub fn annotation_of<'p>(pod: &'p Pod, resource: &str) -> Option<&'p String> {
         .get(configuration_annotation(resource))
 }
 
-/// The member's (rank, physical device) entries in its server of the rank table: the ranks
-/// `first_rank .. first_rank + count` (the operator gives a member consecutive ranks), or,
-/// when the Pod carries no first rank, the entries on the devices it was allocated.
+/// The physical devices in the device plugin's annotation, ascending (the order the
+/// container runtime numbers them); None when it cannot be read.
+pub fn allocated_devices(annotation: &str) -> Option<Vec<i32>> {
+    let ids = DeviceAllocation::parse(annotation)
+        .ok()?
+        .physical_ids()
+        .ok()?;
+    let mut v: Vec<i32> = ids
+        .into_iter()
+        .map(i32::try_from)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    v.sort_unstable();
+    Some(v)
+}
+
+/// The member's (rank, physical device) entries in the rank table: the ranks
+/// `first_rank .. first_rank + count` (the operator gives a member consecutive ranks) on
+/// the server holding `first_rank` (whatever its `server_id`: node name or address), or,
+/// when the Pod carries no first rank, the entries of `node`'s server on the devices it was
+/// allocated.
 pub fn member_entries(
-    server: Option<&ServerView<'_>>,
+    table: &RankTable,
+    node: &str,
     first_rank: Option<u32>,
     count: u32,
     allocated: &[u32],
 ) -> Vec<(u32, u32)> {
+    let server = match first_rank {
+        Some(first) => table.rank(first).map(|(s, _)| s),
+        None => server_of(table, node, None),
+    };
     let Some(server) = server else {
         return Vec::new();
     };
@@ -359,15 +384,21 @@ mod tests {
             {"device_id":"4","rank_id":"2"},{"device_id":"6","rank_id":"3"}]}]}"#,
         )
         .unwrap();
-        let servers = t.servers();
         assert_eq!(
-            member_entries(servers.first(), Some(2), 2, &[]),
-            vec![(2, 4), (3, 6)]
+            member_entries(&t, "other-name", Some(2), 2, &[]),
+            vec![(2, 4), (3, 6)],
+            "found by rank, whatever the server_id"
         );
         assert_eq!(
-            member_entries(servers.first(), None, 2, &[1, 0]),
+            member_entries(&t, "n", None, 2, &[1, 0]),
             vec![(0, 0), (1, 1)]
         );
-        assert!(member_entries(None, Some(0), 2, &[]).is_empty());
+        assert!(member_entries(&t, "n", Some(9), 2, &[]).is_empty());
+        assert!(member_entries(&t, "elsewhere", None, 2, &[0]).is_empty());
+        assert_eq!(
+            allocated_devices(r#"{"devices":[{"device_id":"6"},{"device_id":"4"}]}"#),
+            Some(vec![4, 6])
+        );
+        assert_eq!(allocated_devices("{"), None);
     }
 }

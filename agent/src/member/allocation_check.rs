@@ -67,9 +67,9 @@ impl Run {
                 .flatten()
                 .filter_map(|id| physical_id_of(id))
                 .collect();
-            let server = server_of(table, &self.cfg.node_name, None);
             let entries = member_entries(
-                server.as_ref(),
+                table,
+                &self.cfg.node_name,
                 self.spec.first_rank,
                 request.count,
                 &allocated,

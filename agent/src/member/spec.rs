@@ -31,7 +31,10 @@ pub struct MemberSpec {
     pub group: String,
     pub member_index: Option<u32>,
     pub first_rank: Option<u32>,
-    /// `hcomm.io/devices` (None when absent or malformed).
+    /// The member's physical devices: `hcomm.io/devices`, else (members placed by the
+    /// scheduler) the device plugin's allocation annotation, ascending; None when neither
+    /// is there or readable. The allocation check holds the annotation to the kubelet's
+    /// record and the rank table before anything uses it.
     pub devices: Option<Vec<i32>>,
     pub visible_devices: Option<Vec<i32>>,
     pub socket_ifname: Option<String>,
@@ -94,7 +97,8 @@ pub fn from_pod(pod: &Pod) -> Option<MemberSpec> {
         first_rank: num(labels.get(LABEL_RANK).cloned()),
         devices: ann
             .get(ANNOTATION_DEVICES)
-            .and_then(|d| parse_device_list(d)),
+            .and_then(|d| parse_device_list(d))
+            .or_else(|| super::allocation::allocated_devices(device_allocation.as_deref()?)),
         visible_devices: env(env::VISIBLE_DEVICES).and_then(|d| parse_device_list(&d)),
         socket_ifname: env(env::SOCKET_IFNAME).filter(|s| !s.trim().is_empty()),
         epoch: num(env(env::EPOCH)),
@@ -179,6 +183,39 @@ mod tests {
             .unwrap()
             .insert(ANNOTATION_DEVICES.into(), "zero".into());
         assert_eq!(from_pod(&p).unwrap().devices, None);
+    }
+
+    #[test]
+    fn a_pod_placed_by_the_device_plugin_takes_its_devices_from_the_plugins_annotation() {
+        use hcomm_crds::contract::ascend::{
+            ANNOTATION_ASCEND_910_CONFIGURATION, RESOURCE_ASCEND910,
+        };
+        let mut p = member_pod("w", "n", "0");
+        let ann = p.metadata.annotations.as_mut().unwrap();
+        ann.remove(ANNOTATION_DEVICES);
+        ann.insert(
+            ANNOTATION_ASCEND_910_CONFIGURATION.into(),
+            r#"{"devices":[{"device_id":"6"},{"device_id":"4"}]}"#.into(),
+        );
+        let c = &mut p.spec.as_mut().unwrap().containers[0];
+        c.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+            limits: Some(
+                [(
+                    RESOURCE_ASCEND910.to_string(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity("2".into()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        });
+        let m = from_pod(&p).unwrap();
+        assert_eq!(m.devices, Some(vec![4, 6]), "ascending physical ids");
+        assert_eq!(m.npu.as_ref().map(|n| n.count), Some(2));
+        assert!(m.device_allocation.is_some());
+        // Without the NPU request the plugin's annotation is not looked at.
+        p.spec.as_mut().unwrap().containers[0].resources = None;
+        let m = from_pod(&p).unwrap();
+        assert_eq!((m.devices, m.npu, m.device_allocation), (None, None, None));
     }
 
     #[test]
