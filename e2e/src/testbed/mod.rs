@@ -19,6 +19,7 @@ pub mod examples;
 pub mod kubelet;
 pub mod launch;
 pub mod load;
+pub mod npus;
 pub mod pools;
 pub mod timeline;
 pub mod weights;
@@ -56,6 +57,8 @@ pub struct TestbedOptions {
     pub hosts_mode: HostsMode,
     /// How long the agents keep a weights version no link uses (`--weights-gc-grace-secs`).
     pub weights_gc_grace: Duration,
+    /// NPUs each host's Node advertises to the scheduler (`huawei.com/Ascend910`).
+    pub npus_per_host: u32,
 }
 
 /// What the simulated hosts are made of.
@@ -79,6 +82,7 @@ impl Default for TestbedOptions {
             health_interval: Duration::from_secs(1),
             hosts_mode: HostsMode::Namespaces,
             weights_gc_grace: Duration::from_secs(5),
+            npus_per_host: 8,
         }
     }
 }
@@ -152,6 +156,7 @@ impl Testbed {
                     "operator.replicas=1".to_owned(),
                     "operator.nodeSelector.hcomm-testbed=runs-as-a-process".to_owned(),
                 ],
+                npus_per_node: options.npus_per_host,
             },
         )
         .await?;
