@@ -14,6 +14,7 @@
 
 pub mod binaries;
 pub mod cluster;
+pub mod device_plugin;
 mod error;
 pub mod examples;
 pub mod kubelet;
@@ -31,6 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use cluster::{ChartCluster, ChartClusterOptions, wait_nodes_published, write_secret};
+pub use device_plugin::{DevicePlugin, PluginFault};
 pub use error::{Error, Result};
 pub use examples::ExamplePools;
 pub use kubelet::{Kubelet, KubeletConfig, NodeRoot, ProcessInfo};
@@ -40,6 +42,7 @@ pub use timeline::{MemberMarks, Timeline};
 
 use crate::chart;
 use crate::controlplane::ControlPlane;
+use crate::hosts::hccn_sim::root::AscendRoot;
 use crate::hosts::{HostProcess, Shaping, SimHosts, SimHostsOptions};
 
 /// How to build a [`Testbed`].
@@ -90,6 +93,7 @@ impl Default for TestbedOptions {
 /// A running installation. Fields drop in order: workers first, hosts last.
 pub struct Testbed {
     kubelet: Option<Kubelet>,
+    device_plugin: Option<DevicePlugin>,
     operator: Option<Child>,
     agents: Vec<Option<HostProcess>>,
     cp: ControlPlane,
@@ -113,7 +117,11 @@ impl Testbed {
     /// every host's `HcommNode` is published.
     pub async fn start(options: TestbedOptions) -> Result<Testbed> {
         let namespaces = || {
-            SimHosts::create(SimHostsOptions::new(options.hosts).data_shaping(options.data_shaping))
+            SimHosts::create(
+                SimHostsOptions::new(options.hosts)
+                    .data_shaping(options.data_shaping)
+                    .npus(options.npus_per_host),
+            )
         };
         let hosts = match options.hosts_mode {
             HostsMode::Namespaces => namespaces()?,
@@ -164,6 +172,7 @@ impl Testbed {
         write_secret(&secret_file)?;
         let mut bed = Testbed {
             kubelet: None,
+            device_plugin: None,
             operator: None,
             agents: Vec::new(),
             cp,
@@ -175,6 +184,7 @@ impl Testbed {
             operator_kubeconfig,
             secret_file,
         };
+        bed.install_ascend_roots()?;
         for i in 0..bed.hosts.len() {
             let agent = bed.spawn_agent(i)?;
             bed.agents.push(Some(agent));
@@ -204,6 +214,16 @@ impl Testbed {
                 )
             })
             .collect();
+        bed.device_plugin = (bed.options.npus_per_host > 0).then(|| {
+            DevicePlugin::new(
+                hcomm_crds::contract::ascend::RESOURCE_ASCEND910,
+                bed.hosts
+                    .hosts()
+                    .iter()
+                    .map(|h| (h.name().to_owned(), bed.options.npus_per_host))
+                    .collect(),
+            )
+        });
         bed.kubelet = Some(Kubelet::start(
             bed.cp.client().await?,
             bed.hosts.clone(),
@@ -211,6 +231,7 @@ impl Testbed {
                 nodes,
                 programs,
                 log_dir: bed.dir.join("logs"),
+                device_plugin: bed.device_plugin.clone(),
             },
         ));
         bed.wait_for_nodes(Duration::from_secs(60)).await?;
@@ -250,6 +271,40 @@ impl Testbed {
     /// Host `i`'s weight store.
     pub fn weights_dir(&self, i: usize) -> PathBuf {
         self.host_root(i).join("var/lib/hcomm/weights")
+    }
+
+    /// Host `i`'s Ascend files: `/etc/hccn.conf`, the `hccn_tool` simulator's wrapper,
+    /// its faults and call log (present when the hosts have NPU ports).
+    pub fn ascend_root(&self, i: usize) -> AscendRoot {
+        AscendRoot::open(&self.host_root(i))
+    }
+
+    /// Host `i`'s kubelet PodResources socket (the real path under the host root).
+    pub fn pod_resources_socket(&self, i: usize) -> PathBuf {
+        self.host_root(i)
+            .join(hcomm_crds::contract::ascend::POD_RESOURCES_SOCKET.trim_start_matches('/'))
+    }
+
+    /// The device-plugin stand-in (allocations, fault injection), when hosts have NPUs.
+    pub fn device_plugin(&self) -> Option<&DevicePlugin> {
+        self.device_plugin.as_ref()
+    }
+
+    /// Writes each host's hccn.conf and hccn_tool wrapper when the hosts have NPU ports.
+    fn install_ascend_roots(&self) -> Result<()> {
+        let npus = self.hosts.npus_per_host();
+        if npus == 0 {
+            return Ok(());
+        }
+        let simulator = binaries::find(binaries::HCCN_TOOL_SIM)?;
+        for i in 0..self.hosts.len() {
+            AscendRoot::install(&self.host_root(i), i, self.hosts.len(), npus, &simulator)
+                .map_err(|e| Error::Io {
+                    what: format!("install host-{i}'s Ascend files"),
+                    source: std::io::Error::other(e),
+                })?;
+        }
+        Ok(())
     }
 
     /// The processes the kubelet runs now.
@@ -379,6 +434,7 @@ impl Testbed {
             .args(["--shm-min-bytes", "1"])
             .env("KUBECONFIG", &self.agent_kubeconfig)
             .env("RUST_LOG", log_filter())
+            .env("HCOMM_POD_RESOURCES_SOCKET", self.pod_resources_socket(i))
             .env("HOME", &root)
             .stdin(Stdio::null());
         let log = self.log_file(h.name())?;
