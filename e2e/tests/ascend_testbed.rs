@@ -5,14 +5,27 @@
 //! stand-in of the process kubelet. Runs under `hcomm_e2e::harness`: tests that need
 //! network namespaces are reported ignored, with the reason, without root.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, ensure};
-use hcomm_e2e::harness::{self, Needs, Test};
+use anyhow::{Context as _, bail, ensure};
+use hcomm_crds::contract::ascend::{
+    ANNOTATION_ASCEND_910_CONFIGURATION, ANNOTATION_ASCEND_REAL, DeviceAllocation,
+    ENV_ASCEND_VISIBLE_DEVICES, RESOURCE_ASCEND910,
+};
+use hcomm_e2e::harness::{self, Needs, Shared, Test};
 use hcomm_e2e::hosts::hccn_sim::root::{AscendRoot, DeviceFault};
 use hcomm_e2e::hosts::hccn_sim::{CONCURRENT_MESSAGE, EXIT_CONCURRENT};
 use hcomm_e2e::hosts::{LinkState, SimHosts, SimHostsOptions};
+use hcomm_e2e::testbed::{
+    ChartCluster, ChartClusterOptions, DevicePlugin, Kubelet, KubeletConfig, NodeRoot, PluginFault,
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
 
 const SIMULATOR: &str = env!("CARGO_BIN_EXE_hccn-tool-sim");
 
@@ -39,7 +52,399 @@ fn main() {
             concurrent_hccn_tool_calls_fail_loudly_and_are_counted,
         ),
     ];
-    harness::run(tests).exit();
+    let mut tests = tests;
+    // One control plane (scheduler, kwok Nodes with NPUs, the process kubelet with the
+    // device-plugin stand-in) shared by the cluster tests, one at a time.
+    let rt = Arc::new(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime"),
+    );
+    let shared: Shared<Cluster> = Shared::default();
+    let cluster_tests: [(&str, ClusterTest); 3] = [
+        (
+            "the_scheduler_counts_npus_nine_stay_pending_and_four_plus_four_fill_a_node",
+            |c| Box::pin(the_scheduler_counts_npus(c)),
+        ),
+        (
+            "a_pod_gets_the_plugins_annotation_and_its_devices_in_ascend_visible_devices",
+            |c| Box::pin(a_pod_gets_the_plugins_annotation_and_its_devices(c)),
+        ),
+        (
+            "device_plugin_faults_show_in_the_annotation_but_not_in_the_real_allocation",
+            |c| Box::pin(device_plugin_faults_show_in_the_annotation(c)),
+        ),
+    ];
+    for (name, test) in cluster_tests {
+        let (rt, shared) = (rt.clone(), shared.clone());
+        tests.push(Test::new(name, Needs::NetworkNamespaces, move || {
+            shared.with(
+                || rt.block_on(Cluster::start()),
+                |c| rt.block_on(c.stop()),
+                |c| {
+                    rt.block_on(async {
+                        tokio::time::timeout(CLUSTER_TEST_DEADLINE, test(c))
+                            .await
+                            .map_err(|_| anyhow::anyhow!("deadline {CLUSTER_TEST_DEADLINE:?}"))?
+                    })
+                },
+            )
+        }));
+    }
+    let summary = harness::run_in_order(tests);
+    if let Some(c) = shared.teardown() {
+        rt.block_on(c.stop());
+    }
+    summary.exit();
+}
+
+const CLUSTER_TEST_DEADLINE: Duration = Duration::from_secs(120);
+/// How long a Pod may take to be scheduled, admitted or gone.
+const POD_WAIT: Duration = Duration::from_secs(30);
+const NS: &str = "default";
+
+type ClusterTest =
+    for<'a> fn(
+        &'a mut Cluster,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = harness::Outcome> + 'a>>;
+
+/// Two NPU hosts as kwok Nodes with 8 NPUs each, a real scheduler, and the process
+/// kubelet with the device-plugin stand-in (running `sleep` for test Pods).
+struct Cluster {
+    kubelet: Option<Kubelet>,
+    plugin: DevicePlugin,
+    client: kube::Client,
+    roots: Vec<AscendRoot>,
+    _cp: ChartCluster,
+    hosts: Arc<SimHosts>,
+    dir: PathBuf,
+}
+
+impl Cluster {
+    async fn start() -> anyhow::Result<Cluster> {
+        let hosts = Arc::new(SimHosts::create(SimHostsOptions::new(2).npus(8))?);
+        let cluster = ChartCluster::start(
+            &hosts,
+            ChartClusterOptions {
+                controllers: true,
+                kwok: Some(true),
+                pod_cidr: Some(format!(
+                    "10.{}.0.0/16",
+                    100 + hosts.subnets().data.octets()[2] % 150
+                )),
+                npus_per_node: 8,
+                ..Default::default()
+            },
+        )
+        .await?;
+        let client = cluster.cp.client().await?;
+        let dir = std::env::temp_dir().join(format!("hcomm-ascend-cluster-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut roots = Vec::new();
+        let mut nodes = BTreeMap::new();
+        for h in hosts.hosts() {
+            let root = dir.join(h.name());
+            roots.push(AscendRoot::install(
+                &root,
+                h.index(),
+                hosts.len(),
+                8,
+                Path::new(SIMULATOR),
+            )?);
+            nodes.insert(
+                h.name().to_owned(),
+                NodeRoot {
+                    host: h.index(),
+                    root,
+                },
+            );
+        }
+        let plugin = DevicePlugin::new(
+            RESOURCE_ASCEND910,
+            hosts
+                .hosts()
+                .iter()
+                .map(|h| (h.name().to_owned(), 8))
+                .collect(),
+        );
+        std::fs::create_dir_all(dir.join("logs"))?;
+        let kubelet = Kubelet::start(
+            client.clone(),
+            hosts.clone(),
+            KubeletConfig {
+                nodes,
+                programs: BTreeMap::from([("sleep".to_owned(), PathBuf::from(sleep_binary()?))]),
+                log_dir: dir.join("logs"),
+                device_plugin: Some(plugin.clone()),
+            },
+        );
+        Ok(Cluster {
+            kubelet: Some(kubelet),
+            plugin,
+            client,
+            roots,
+            _cp: cluster,
+            hosts,
+            dir,
+        })
+    }
+
+    async fn stop(mut self) {
+        if let Some(k) = self.kubelet.take() {
+            k.stop().await;
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), NS)
+    }
+
+    /// Creates a Pod running `sleep` that asks for `npus` NPUs, optionally pinned to a node
+    /// by label (as the operator's required affinity does).
+    async fn create(&self, name: &str, npus: u32, node: Option<&str>) -> anyhow::Result<Pod> {
+        let mut spec = serde_json::json!({
+            "containers": [{
+                "name": "worker", "image": "hcomm/test", "command": ["/usr/bin/sleep", "600"],
+                "resources": {"limits": {(RESOURCE_ASCEND910): npus.to_string()}}
+            }],
+            "terminationGracePeriodSeconds": 0,
+            "tolerations": [{"operator": "Exists"}]
+        });
+        if let Some(node) = node {
+            spec["nodeSelector"] = serde_json::json!({"kubernetes.io/hostname": node});
+        }
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": NS}, "spec": spec
+        }))?;
+        Ok(self.pods().create(&PostParams::default(), &pod).await?)
+    }
+
+    /// Deletes the Pods and waits until they and their allocations are gone.
+    async fn delete(&self, names: &[&str]) -> anyhow::Result<()> {
+        for n in names {
+            let _ = self
+                .pods()
+                .delete(n, &DeleteParams::default().grace_period(0))
+                .await;
+        }
+        let deadline = Instant::now() + POD_WAIT;
+        for n in names {
+            while self.pods().get_opt(n).await?.is_some() {
+                ensure!(
+                    Instant::now() < deadline,
+                    "Pod {n} still there after {POD_WAIT:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        while self
+            .hosts
+            .hosts()
+            .iter()
+            .any(|h| !self.plugin.allocations(h.name()).is_empty())
+        {
+            ensure!(
+                Instant::now() < deadline,
+                "devices still allocated after {POD_WAIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    /// Waits until `check` says yes about Pod `name`.
+    async fn wait_pod(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&Pod) -> bool,
+    ) -> anyhow::Result<Pod> {
+        let deadline = Instant::now() + POD_WAIT;
+        loop {
+            if let Some(p) = self.pods().get_opt(name).await?
+                && check(&p)
+            {
+                return Ok(p);
+            }
+            if Instant::now() > deadline {
+                bail!("Pod {name}: {what} not within {POD_WAIT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The running process of Pod `name`'s container, as the kubelet started it.
+    async fn process(&self, name: &str) -> anyhow::Result<u32> {
+        let deadline = Instant::now() + POD_WAIT;
+        loop {
+            let procs = self
+                .kubelet
+                .as_ref()
+                .map(Kubelet::processes)
+                .unwrap_or_default();
+            if let Some(pid) = procs
+                .get(&format!("{NS}/{name}/worker"))
+                .and_then(|p| p.pid)
+            {
+                return Ok(pid);
+            }
+            if Instant::now() > deadline {
+                bail!("Pod {name}'s process not started within {POD_WAIT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+fn sleep_binary() -> anyhow::Result<&'static str> {
+    ["/usr/bin/sleep", "/bin/sleep"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file())
+        .context("no sleep binary")
+}
+
+fn node_of(p: &Pod) -> Option<String> {
+    p.spec.as_ref()?.node_name.clone()
+}
+
+fn unschedulable(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
+        })
+}
+
+fn annotation(p: &Pod, key: &str) -> Option<String> {
+    p.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+/// A process' environment variable, read from the kernel.
+fn env_of(pid: u32, key: &str) -> anyhow::Result<Option<String>> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ"))?;
+    Ok(environ
+        .split(|b| *b == 0)
+        .filter_map(|kv| std::str::from_utf8(kv).ok())
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")).map(str::to_owned)))
+}
+
+async fn the_scheduler_counts_npus(c: &mut Cluster) -> harness::Outcome {
+    c.create("npu-nine", 9, None).await?;
+    c.wait_pod("npu-nine", "Unschedulable", unschedulable)
+        .await?;
+    ensure!(node_of(&c.pods().get("npu-nine").await?).is_none());
+    c.create("npu-four-a", 4, Some("host-0")).await?;
+    c.create("npu-four-b", 4, Some("host-0")).await?;
+    for n in ["npu-four-a", "npu-four-b"] {
+        let p = c.wait_pod(n, "scheduled", |p| node_of(p).is_some()).await?;
+        ensure!(node_of(&p).as_deref() == Some("host-0"));
+    }
+    // host-0 is full now: one more NPU there does not fit, but it does on host-1.
+    c.create("npu-one-more", 1, Some("host-0")).await?;
+    c.wait_pod("npu-one-more", "Unschedulable", unschedulable)
+        .await?;
+    c.create("npu-one-elsewhere", 1, Some("host-1")).await?;
+    c.wait_pod("npu-one-elsewhere", "scheduled", |p| node_of(p).is_some())
+        .await?;
+    // The stand-in really allocated host-0's eight devices, four each, disjoint.
+    let mut held: Vec<u32> = c
+        .plugin
+        .allocations("host-0")
+        .iter()
+        .flat_map(|a| a.devices())
+        .collect();
+    held.sort_unstable();
+    ensure!(
+        held == (0..8).collect::<Vec<_>>(),
+        "host-0 devices: {held:?}"
+    );
+    c.delete(&[
+        "npu-nine",
+        "npu-four-a",
+        "npu-four-b",
+        "npu-one-more",
+        "npu-one-elsewhere",
+    ])
+    .await
+}
+
+async fn a_pod_gets_the_plugins_annotation_and_its_devices(c: &mut Cluster) -> harness::Outcome {
+    c.create("npu-two", 2, Some("host-1")).await?;
+    let p = c
+        .wait_pod("npu-two", "the device plugin's annotation", |p| {
+            annotation(p, ANNOTATION_ASCEND_910_CONFIGURATION).is_some()
+        })
+        .await?;
+    let uid = p.metadata.uid.clone().unwrap_or_default();
+    let a = DeviceAllocation::parse(&annotation(&p, ANNOTATION_ASCEND_910_CONFIGURATION).unwrap())?;
+    let ids = a.physical_ids()?;
+    ensure!(ids.len() == 2, "{a:?}");
+    ensure!(a.server_id == uid && a.pod_name == "npu-two");
+    ensure!(a.host_ip == c.hosts.host(1)?.data_ip().to_string());
+    let conf = c.roots[1].read_conf()?;
+    for d in &a.devices {
+        let id = d.physical_id()?;
+        ensure!(
+            d.ip() == conf.address(id).map(Into::into),
+            "device {id}'s IP is hccn.conf's: {d:?}"
+        );
+    }
+    let real: Vec<String> = ids.iter().map(|i| format!("Ascend910-{i}")).collect();
+    ensure!(annotation(&p, ANNOTATION_ASCEND_REAL) == Some(real.join(",")));
+    // The container runs with the devices the plugin allocated, from the start.
+    let pid = c.process("npu-two").await?;
+    let visible = env_of(pid, ENV_ASCEND_VISIBLE_DEVICES)?;
+    let expected: Vec<String> = ids.iter().map(u32::to_string).collect();
+    ensure!(
+        visible == Some(expected.join(",")),
+        "env: {visible:?}, annotation {ids:?}"
+    );
+    ensure!(c.plugin.allocation(&uid).map(|a| a.devices()) == Some(ids));
+    c.delete(&["npu-two"]).await
+}
+
+async fn device_plugin_faults_show_in_the_annotation(c: &mut Cluster) -> harness::Outcome {
+    c.plugin.inject("host-0", PluginFault::AnnotateOtherDevice);
+    c.create("npu-disagree", 2, Some("host-0")).await?;
+    let p = c
+        .wait_pod("npu-disagree", "annotation", |p| {
+            annotation(p, ANNOTATION_ASCEND_910_CONFIGURATION).is_some()
+        })
+        .await?;
+    let annotated =
+        DeviceAllocation::parse(&annotation(&p, ANNOTATION_ASCEND_910_CONFIGURATION).unwrap())?
+            .physical_ids()?;
+    let uid = p.metadata.uid.clone().unwrap_or_default();
+    let real = c.plugin.allocation(&uid).context("allocated")?.devices();
+    ensure!(
+        annotated != real,
+        "annotation {annotated:?} vs allocation {real:?}"
+    );
+    let pid = c.process("npu-disagree").await?;
+    let expected: Vec<String> = real.iter().map(u32::to_string).collect();
+    ensure!(
+        env_of(pid, ENV_ASCEND_VISIBLE_DEVICES)? == Some(expected.join(",")),
+        "the env says the truth"
+    );
+    c.plugin.inject("host-0", PluginFault::MissingDeviceIp);
+    c.create("npu-no-ip", 1, Some("host-0")).await?;
+    let p = c
+        .wait_pod("npu-no-ip", "annotation", |p| {
+            annotation(p, ANNOTATION_ASCEND_910_CONFIGURATION).is_some()
+        })
+        .await?;
+    let a = DeviceAllocation::parse(&annotation(&p, ANNOTATION_ASCEND_910_CONFIGURATION).unwrap())?;
+    ensure!(a.devices.iter().all(|d| d.device_ip == "-1"), "{a:?}");
+    c.plugin.inject("host-0", PluginFault::None);
+    c.delete(&["npu-disagree", "npu-no-ip"]).await
 }
 
 /// Two hosts of two NPUs, each with its Ascend files under a fresh root.
