@@ -2,7 +2,7 @@
 //! fabric carrying the device IPs, `/etc/hccn.conf`, the `hccn_tool` simulator answering
 //! in the documented formats with injectable faults and refusing concurrent calls; kwok
 //! Nodes that advertise `huawei.com/Ascend910` to the real scheduler; the device-plugin
-//! stand-in of the process kubelet. Runs under `hcomm_e2e::harness`: tests that need
+//! stand-in of the process kubelet and the PodResources socket it feeds. Runs under `hcomm_e2e::harness`: tests that need
 //! network namespaces are reported ignored, with the reason, without root.
 
 use std::collections::BTreeMap;
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail, ensure};
 use hcomm_crds::contract::ascend::{
     ANNOTATION_ASCEND_910_CONFIGURATION, ANNOTATION_ASCEND_REAL, DeviceAllocation,
-    ENV_ASCEND_VISIBLE_DEVICES, RESOURCE_ASCEND910,
+    ENV_ASCEND_VISIBLE_DEVICES, POD_RESOURCES_SOCKET, RESOURCE_ASCEND910,
 };
 use hcomm_e2e::harness::{self, Needs, Shared, Test};
 use hcomm_e2e::hosts::hccn_sim::root::{AscendRoot, DeviceFault};
@@ -23,6 +23,8 @@ use hcomm_e2e::hosts::{LinkState, SimHosts, SimHostsOptions};
 use hcomm_e2e::testbed::{
     ChartCluster, ChartClusterOptions, DevicePlugin, Kubelet, KubeletConfig, NodeRoot, PluginFault,
 };
+use hcomm_kubelet::PodResourcesClient;
+use hcomm_kubelet::server::{PodResourcesServer, serve};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
@@ -69,11 +71,11 @@ fn main() {
             |c| Box::pin(the_scheduler_counts_npus(c)),
         ),
         (
-            "a_pod_gets_the_plugins_annotation_and_its_devices_in_ascend_visible_devices",
+            "a_pod_gets_the_plugins_annotation_and_its_devices_in_env_and_pod_resources",
             |c| Box::pin(a_pod_gets_the_plugins_annotation_and_its_devices(c)),
         ),
         (
-            "device_plugin_faults_show_in_the_annotation_but_not_in_the_real_allocation",
+            "device_plugin_faults_show_in_the_annotation_but_not_in_env_or_pod_resources",
             |c| Box::pin(device_plugin_faults_show_in_the_annotation(c)),
         ),
     ];
@@ -114,6 +116,7 @@ type ClusterTest =
 /// kubelet with the device-plugin stand-in (running `sleep` for test Pods).
 struct Cluster {
     kubelet: Option<Kubelet>,
+    servers: Vec<PodResourcesServer>,
     plugin: DevicePlugin,
     client: kube::Client,
     roots: Vec<AscendRoot>,
@@ -170,6 +173,11 @@ impl Cluster {
                 .collect(),
         );
         std::fs::create_dir_all(dir.join("logs"))?;
+        let mut servers = Vec::new();
+        for h in hosts.hosts() {
+            let shared = plugin.pod_resources_of(h.name()).context("a served node")?;
+            servers.push(serve(&pod_resources_socket(&dir.join(h.name())), shared).await?);
+        }
         let kubelet = Kubelet::start(
             client.clone(),
             hosts.clone(),
@@ -182,6 +190,7 @@ impl Cluster {
         );
         Ok(Cluster {
             kubelet: Some(kubelet),
+            servers,
             plugin,
             client,
             roots,
@@ -194,6 +203,9 @@ impl Cluster {
     async fn stop(mut self) {
         if let Some(k) = self.kubelet.take() {
             k.stop().await;
+        }
+        for server in self.servers.drain(..) {
+            server.shutdown(Duration::from_secs(2)).await;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -297,6 +309,34 @@ impl Cluster {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+}
+
+/// What host `root`'s kubelet PodResources API lists for Pod `name`: container → kubelet
+/// device ids, through the real gRPC client on the socket.
+async fn listed(root: &Path, name: &str) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
+    let client = PodResourcesClient::new(pod_resources_socket(root), Duration::from_secs(5));
+    let pods = client.list().await?;
+    let pod = pods
+        .iter()
+        .find(|p| p.name == name && p.namespace == NS)
+        .with_context(|| format!("Pod {name} not listed: {pods:?}"))?;
+    Ok(pod
+        .containers
+        .iter()
+        .map(|c| {
+            let ids = c
+                .devices
+                .iter()
+                .filter(|d| d.resource_name == RESOURCE_ASCEND910)
+                .flat_map(|d| d.device_ids.clone())
+                .collect();
+            (c.name.clone(), ids)
+        })
+        .collect())
+}
+
+fn pod_resources_socket(root: &Path) -> PathBuf {
+    root.join(POD_RESOURCES_SOCKET.trim_start_matches('/'))
 }
 
 fn sleep_binary() -> anyhow::Result<&'static str> {
@@ -408,7 +448,21 @@ async fn a_pod_gets_the_plugins_annotation_and_its_devices(c: &mut Cluster) -> h
         "env: {visible:?}, annotation {ids:?}"
     );
     ensure!(c.plugin.allocation(&uid).map(|a| a.devices()) == Some(ids));
-    c.delete(&["npu-two"]).await
+    // The kubelet's PodResources API lists the same devices, over its real socket.
+    let list = listed(c.roots[1].root(), "npu-two").await?;
+    ensure!(list.get("worker") == Some(&real), "PodResources: {list:?}");
+    c.delete(&["npu-two"]).await?;
+    let after = PodResourcesClient::new(
+        pod_resources_socket(c.roots[1].root()),
+        Duration::from_secs(5),
+    )
+    .list()
+    .await?;
+    ensure!(
+        after.iter().all(|p| p.name != "npu-two"),
+        "gone from PodResources"
+    );
+    Ok(())
 }
 
 async fn device_plugin_faults_show_in_the_annotation(c: &mut Cluster) -> harness::Outcome {

@@ -11,6 +11,10 @@
 //! device than the one really allocated (plugin and kubelet disagree), or lacks the
 //! device IPs (`-1`, the plugin's "lookup failed").
 //!
+//! The kubelet's side is kept too: each node's allocations (and its allocatable
+//! devices) in a [`SharedPodResources`], which the testbed serves as that host's
+//! PodResources v1 socket — the kubelet's truth, even when the annotation lies.
+//!
 //! The bookkeeping and the annotation are pure ([`Allocator`], [`annotations`]); the
 //! kubelet does the API call.
 
@@ -21,6 +25,8 @@ use hcomm_crds::contract::ascend::{
     ANNOTATION_ASCEND_REAL, AllocatedDevice, DeviceAllocation, configuration_annotation,
     kubelet_device_id,
 };
+use hcomm_kubelet::server::SharedPodResources;
+use hcomm_kubelet::{ContainerDevices, ContainerResources, PodResources};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -265,6 +271,33 @@ pub struct DevicePlugin {
 struct Inner {
     allocator: Allocator,
     faults: BTreeMap<String, PluginFault>,
+    /// Node → what its kubelet's PodResources API answers.
+    pod_resources: BTreeMap<String, SharedPodResources>,
+}
+
+/// What the kubelet's PodResources API lists for `allocation` (kubelet device ids).
+pub fn pod_resources(resource: &str, allocation: &PodAllocation) -> PodResources {
+    PodResources {
+        name: allocation.name.clone(),
+        namespace: allocation.namespace.clone(),
+        containers: allocation
+            .containers
+            .iter()
+            .map(|(name, ids)| ContainerResources {
+                name: name.clone(),
+                devices: vec![ContainerDevices {
+                    resource_name: resource.to_owned(),
+                    device_ids: ids
+                        .iter()
+                        .map(|d| kubelet_device_id(resource, *d))
+                        .collect(),
+                    topology: None,
+                }],
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
 }
 
 impl DevicePlugin {
@@ -273,6 +306,18 @@ impl DevicePlugin {
         DevicePlugin {
             resource: resource.to_owned(),
             inner: Arc::new(Mutex::new(Inner {
+                pod_resources: devices
+                    .iter()
+                    .map(|(node, n)| {
+                        let shared = SharedPodResources::default();
+                        shared.set_allocatable(vec![ContainerDevices {
+                            resource_name: resource.to_owned(),
+                            device_ids: (0..*n).map(|d| kubelet_device_id(resource, d)).collect(),
+                            topology: None,
+                        }]);
+                        (node.clone(), shared)
+                    })
+                    .collect(),
                 allocator: Allocator::new(devices),
                 faults: BTreeMap::new(),
             })),
@@ -321,13 +366,27 @@ impl DevicePlugin {
         node: &str,
         asks: &[(String, u32)],
     ) -> Result<PodAllocation, AllocateError> {
-        self.lock()
-            .allocator
-            .allocate(uid, namespace, name, node, asks)
+        let mut inner = self.lock();
+        let a = inner.allocator.allocate(uid, namespace, name, node, asks)?;
+        if let Some(shared) = inner.pod_resources.get(node) {
+            shared.set_pod(pod_resources(&self.resource, &a));
+        }
+        Ok(a)
     }
 
     pub(crate) fn free(&self, uid: &str) -> Option<PodAllocation> {
-        self.lock().allocator.free(uid)
+        let mut inner = self.lock();
+        let a = inner.allocator.free(uid)?;
+        if let Some(shared) = inner.pod_resources.get(&a.node) {
+            shared.remove_pod(&a.namespace, &a.name);
+        }
+        Some(a)
+    }
+
+    /// What node `node`'s kubelet PodResources API answers (serve it with
+    /// `hcomm_kubelet::server::serve`).
+    pub fn pod_resources_of(&self, node: &str) -> Option<SharedPodResources> {
+        self.lock().pod_resources.get(node).cloned()
     }
 }
 
@@ -414,6 +473,24 @@ mod tests {
         assert_eq!(parsed.devices[0].device_ip, "192.168.1.12");
         assert_eq!(a[ANNOTATION_ASCEND_REAL], "Ascend910-2,Ascend910-3");
         assert_eq!(visible_devices(&[2, 3]), "2,3");
+        let listed = pod_resources(RESOURCE_ASCEND910, &alloc(&[2, 3]));
+        assert_eq!(listed.containers[0].name, "worker");
+        assert_eq!(
+            listed.containers[0].devices[0].device_ids,
+            vec!["Ascend910-2", "Ascend910-3"]
+        );
+    }
+
+    #[test]
+    fn the_kubelets_list_follows_allocations() {
+        let dp = DevicePlugin::new(RESOURCE_ASCEND910, BTreeMap::from([("n0".into(), 8)]));
+        let shared = dp.pod_resources_of("n0").unwrap();
+        dp.allocate("u1", "ns", "p1", "n0", &asks(2)).unwrap();
+        assert_eq!(shared.pods().len(), 1);
+        assert_eq!(shared.pods()[0].name, "p1");
+        dp.free("u1");
+        assert!(shared.pods().is_empty());
+        assert!(dp.pod_resources_of("nx").is_none());
     }
 
     const POD: Admitted<'static> = Admitted {

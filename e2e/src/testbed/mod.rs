@@ -94,6 +94,7 @@ impl Default for TestbedOptions {
 pub struct Testbed {
     kubelet: Option<Kubelet>,
     device_plugin: Option<DevicePlugin>,
+    pod_resources: Vec<hcomm_kubelet::server::PodResourcesServer>,
     operator: Option<Child>,
     agents: Vec<Option<HostProcess>>,
     cp: ControlPlane,
@@ -173,6 +174,7 @@ impl Testbed {
         let mut bed = Testbed {
             kubelet: None,
             device_plugin: None,
+            pod_resources: Vec::new(),
             operator: None,
             agents: Vec::new(),
             cp,
@@ -185,6 +187,33 @@ impl Testbed {
             secret_file,
         };
         bed.install_ascend_roots()?;
+        // The kubelet's side first (device plugin, PodResources sockets), so an agent
+        // finds its socket from its start.
+        bed.device_plugin = (bed.options.npus_per_host > 0).then(|| {
+            DevicePlugin::new(
+                hcomm_crds::contract::ascend::RESOURCE_ASCEND910,
+                bed.hosts
+                    .hosts()
+                    .iter()
+                    .map(|h| (h.name().to_owned(), bed.options.npus_per_host))
+                    .collect(),
+            )
+        });
+        if let Some(dp) = &bed.device_plugin {
+            for h in bed.hosts.hosts() {
+                let Some(shared) = dp.pod_resources_of(h.name()) else {
+                    continue;
+                };
+                let socket = bed.pod_resources_socket(h.index());
+                let server = hcomm_kubelet::server::serve(&socket, shared)
+                    .await
+                    .map_err(|e| Error::Io {
+                        what: format!("serve {}'s PodResources socket", h.name()),
+                        source: std::io::Error::other(e),
+                    })?;
+                bed.pod_resources.push(server);
+            }
+        }
         for i in 0..bed.hosts.len() {
             let agent = bed.spawn_agent(i)?;
             bed.agents.push(Some(agent));
@@ -214,16 +243,6 @@ impl Testbed {
                 )
             })
             .collect();
-        bed.device_plugin = (bed.options.npus_per_host > 0).then(|| {
-            DevicePlugin::new(
-                hcomm_crds::contract::ascend::RESOURCE_ASCEND910,
-                bed.hosts
-                    .hosts()
-                    .iter()
-                    .map(|h| (h.name().to_owned(), bed.options.npus_per_host))
-                    .collect(),
-            )
-        });
         bed.kubelet = Some(Kubelet::start(
             bed.cp.client().await?,
             bed.hosts.clone(),
@@ -466,6 +485,7 @@ impl Testbed {
 impl Drop for Testbed {
     fn drop(&mut self) {
         self.kubelet.take();
+        self.pod_resources.clear();
         self.kill_operator();
         self.agents.clear();
         if !self.keep_dir {
