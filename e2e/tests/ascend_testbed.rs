@@ -2,8 +2,12 @@
 //! fabric carrying the device IPs, `/etc/hccn.conf`, the `hccn_tool` simulator answering
 //! in the documented formats with injectable faults and refusing concurrent calls; kwok
 //! Nodes that advertise `huawei.com/Ascend910` to the real scheduler; the device-plugin
-//! stand-in of the process kubelet and the PodResources socket it feeds. Runs under `hcomm_e2e::harness`: tests that need
-//! network namespaces are reported ignored, with the reason, without root.
+//! stand-in of the process kubelet and the PodResources socket it feeds. Runs under
+//! `hcomm_e2e::harness`: tests that need network namespaces are reported ignored, with
+//! the reason, without root.
+//!
+//! Size: seven scenarios over two fixtures (bare NPU hosts; a control plane with the
+//! process kubelet), with the Pod, PodResources and hccn_tool helpers they share.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

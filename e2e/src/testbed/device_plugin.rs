@@ -17,6 +17,9 @@
 //!
 //! The bookkeeping and the annotation are pure ([`Allocator`], [`annotations`]); the
 //! kubelet does the API call.
+//!
+//! Size: one stand-in (allocator, annotation, the kubelet's list, the shared handle)
+//! whose unit tests are about a third of the file.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
