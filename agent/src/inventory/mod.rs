@@ -35,8 +35,25 @@ pub struct InventorySources {
     pub dev_dir: PathBuf,
     pub sysfs_net: PathBuf,
     pub ascend_root: PathBuf,
+    /// `/etc/ascend_install.info`: where the driver was installed (`Driver_Install_Path_Param`).
+    pub install_info: PathBuf,
+    /// The `hccn_tool` binary (`--hccn-tool`).
+    pub hccn_tool: PathBuf,
+    /// The NPUs' network configuration (`--hccn-conf`).
+    pub hccn_conf: PathBuf,
     pub shm_path: PathBuf,
 }
+
+impl InventorySources {
+    /// The `hccn_tool` runner for these sources.
+    pub fn hccn(&self) -> crate::ascend::hccn::runner::HccnTool {
+        crate::ascend::hccn::runner::HccnTool::new(&self.hccn_tool, HCCN_CALL_TIMEOUT)
+    }
+}
+
+/// The longest one `hccn_tool` call may take (a 3-packet ping answers within a few
+/// seconds; the other queries at once).
+pub const HCCN_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Default for InventorySources {
     fn default() -> Self {
@@ -45,6 +62,9 @@ impl Default for InventorySources {
             dev_dir: "/dev".into(),
             sysfs_net: "/sys/class/net".into(),
             ascend_root: "/usr/local/Ascend".into(),
+            install_info: "/etc/ascend_install.info".into(),
+            hccn_tool: crate::ascend::hccn::runner::DEFAULT_TOOL.into(),
+            hccn_conf: "/etc/hccn.conf".into(),
             shm_path: "/dev/shm".into(),
         }
     }
