@@ -1,10 +1,12 @@
-//! The node's inventory: devices, NICs, topology, software versions, `/dev/shm`.
+//! The node's inventory: devices (with the NPUs' own network, [`npu_net`]), NICs,
+//! topology, software versions, `/dev/shm`.
 //!
 //! [`collect`] gathers facts (I/O, never fails: unknowns stay unknown); [`to_status`] turns
 //! them into the `HcommNode` status (pure); [`publish`] writes it with server-side apply.
 
 pub mod devices;
 pub mod nics;
+pub mod npu_net;
 pub mod publish;
 pub mod shm;
 pub mod versions;
@@ -89,10 +91,12 @@ impl Inventory {
 
 /// Observes the node.
 pub async fn collect(src: &InventorySources, topology: TopologyLabels) -> Inventory {
+    let mut devices = devices::collect(src.cpu_devices, &src.dev_dir).await;
+    npu_net::fill(&mut devices, &src.hccn(), &src.hccn_conf).await;
     Inventory {
-        devices: devices::collect(src.cpu_devices, &src.dev_dir).await,
+        devices,
         nics: nics::collect(&src.sysfs_net).await,
-        versions: versions::collect(&src.ascend_root),
+        versions: versions::collect(&src.ascend_root, &src.install_info),
         shm_bytes: shm::size_of(&src.shm_path).await,
         topology,
     }
