@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use hcomm_crds::contract::{GroupReason, POD_VERIFIED, PodReason};
+use hcomm_crds::contract::{POD_VERIFIED, PodReason};
 use hcomm_crds::node::NpuLink;
 
 use super::fakes::FakeNpu;
@@ -30,7 +30,7 @@ async fn refused(breakage: impl FnOnce(&FakeNpu), reason: PodReason, says: &str)
     .await;
     assert_eq!(
         kit.cluster.condition(POD_VERIFIED),
-        Some((false, reason.as_str())),
+        Some((false, reason)),
         "conditions: {:?}",
         kit.cluster.writes()
     );
@@ -43,7 +43,7 @@ async fn refused(breakage: impl FnOnce(&FakeNpu), reason: PodReason, says: &str)
     let events = kit.cluster.with(|s| s.events.clone());
     let event = events
         .iter()
-        .find(|(warning, r, _)| *warning && *r == GroupReason::VerificationFailed.as_str())
+        .find(|(warning, r, _)| *warning && *r == PodReason::VerificationFailed)
         .unwrap_or_else(|| panic!("no VerificationFailed Event in {events:?}"));
     assert!(
         event.2.starts_with(reason.as_str()) && event.2.contains(says),
@@ -60,7 +60,7 @@ async fn a_healthy_npu_network_lets_the_member_join_after_pinging_only_from_its_
     kit.until_ready().await;
     assert_eq!(
         kit.cluster.condition(POD_VERIFIED),
-        Some((true, PodReason::Verified.as_str()))
+        Some((true, PodReason::Verified))
     );
     // The joiner only pings from its own device to the peer's NPU: the check has no way
     // to write to a serving member.

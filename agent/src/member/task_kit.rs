@@ -10,16 +10,18 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::fakes::{
-    FakeCluster, FakeDomain, FakeNpu, FakeVerifier, FakeWeights, FakeWorker, PausedClock,
+    FakeAllocations, FakeCluster, FakeDomain, FakeNpu, FakeVerifier, FakeWeights, FakeWorker,
+    PausedClock,
 };
 use super::ports::{Clock, JoinError};
 use super::ranktable::RankTable;
 use super::spec::MemberSpec;
-use super::state::{Phase, reasons};
+use super::state::Phase;
 use super::task::{Ports, drive};
 use crate::ascend::hccn::port::PeerTls;
 use crate::config::AgentConfig;
 use crate::metrics::Metrics;
+use hcomm_crds::contract::PodReason;
 
 pub const NODE: &str = "node-a";
 
@@ -65,6 +67,7 @@ pub struct Kit {
     pub weights: FakeWeights,
     pub domain: FakeDomain,
     pub worker: FakeWorker,
+    pub allocations: FakeAllocations,
     pub clock: PausedClock,
     pub pod: watch::Sender<Option<MemberSpec>>,
     pub nudge: watch::Sender<()>,
@@ -85,6 +88,7 @@ impl Kit {
             weights: FakeWeights::default(),
             domain: FakeDomain::default(),
             worker: FakeWorker::default(),
+            allocations: FakeAllocations::default(),
             clock: PausedClock::starting_now(),
             pod: watch::Sender::new(Some(member())),
             nudge: watch::Sender::new(()),
@@ -116,6 +120,7 @@ impl Kit {
             weights: Arc::new(self.weights.clone()),
             domain: Box::new(self.domain.clone()),
             worker: Box::new(self.worker.clone()),
+            allocations: Box::new(self.allocations.clone()),
             clock: Box::new(self.clock.clone()),
         };
         let cfg = AgentConfig::new(NODE);
@@ -144,7 +149,7 @@ impl Kit {
 
     pub async fn until_ready(&self) {
         self.until("the gate to open", |k| {
-            k.cluster.condition(POD_MEMBER_READY) == Some((true, reasons::READY))
+            k.cluster.condition(POD_MEMBER_READY) == Some((true, PodReason::MemberReady))
         })
         .await;
     }

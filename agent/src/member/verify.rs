@@ -19,8 +19,9 @@ use crate::ascend::hccn::port::NpuNetwork;
 use crate::config::Context;
 use crate::nic::probe::{ProbeTarget, probe_all};
 use crate::nic::select::alternatives;
-use crate::nic::verify::{DeviceFacts, Verdict, VerifyFacts, decide, reasons};
+use crate::nic::verify::{DeviceFacts, Verdict, VerifyFacts, decide};
 use crate::nic::{Chosen, IfnameMatcher, NicRule, select_data_nic};
+use hcomm_crds::contract::PodReason;
 
 /// At most this many other interfaces are probed for the hint.
 pub const MAX_ALTERNATIVES: usize = 3;
@@ -32,7 +33,7 @@ pub struct Verified {
     pub plan: Option<ControlPlan>,
 }
 
-fn fail(reason: &'static str, message: String) -> Verified {
+fn fail(reason: PodReason, message: String) -> Verified {
     Verified {
         verdict: Verdict {
             ok: false,
@@ -116,7 +117,7 @@ async fn verify_nic(
     let inv = ctx.inventory.read().await.clone();
     let matcher = match socket_ifname.map(IfnameMatcher::parse).transpose() {
         Ok(m) => m,
-        Err(e) => return fail(reasons::NO_DATA_NIC, e.to_string()),
+        Err(e) => return fail(PodReason::NoDataNic, e.to_string()),
     };
     let rule = NicRule {
         socket_ifname: matcher,
@@ -125,11 +126,11 @@ async fn verify_nic(
     };
     let chosen = match select_data_nic(&inv.nics, &rule) {
         Ok(c) => c,
-        Err(e) => return fail(reasons::NO_DATA_NIC, e.to_string()),
+        Err(e) => return fail(PodReason::NoDataNic, e.to_string()),
     };
     let Some(devices) = spec.devices.clone() else {
         return fail(
-            reasons::DEVICE_MISMATCH,
+            PodReason::DeviceMismatch,
             "the pod has no valid hcomm.io/devices annotation".into(),
         );
     };
@@ -141,7 +142,7 @@ async fn verify_nic(
         ctx.cfg.comm_port_base,
     ) {
         Ok(p) => p,
-        Err(e) => return fail(reasons::DEVICE_MISMATCH, format!("rank table: {e}")),
+        Err(e) => return fail(PodReason::DeviceMismatch, format!("rank table: {e}")),
     };
     let targets: Vec<ProbeTarget> = plan
         .peers

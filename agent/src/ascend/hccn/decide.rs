@@ -245,7 +245,7 @@ pub fn decide(f: &NpuFacts) -> Verdict {
         (true, None) => local,
         (true, Some(m)) => Verdict {
             ok: false,
-            reason: PodReason::NpuPingFailed.as_str(),
+            reason: PodReason::NpuPingFailed,
             message: m,
         },
         (false, Some(m)) => Verdict {
@@ -271,7 +271,7 @@ fn verdict(f: &NpuFacts, checks: Vec<(PodReason, Option<String>)>) -> Verdict {
                 .map_or("unknown", |t| if t.enabled { "on" } else { "off" });
             Verdict {
                 ok: true,
-                reason: PodReason::Verified.as_str(),
+                reason: PodReason::Verified,
                 message: format!(
                     "NPU devices {} have their addresses, links up, healthy, TLS {tls} like the group; {} NPU pings answered",
                     ids.join(","),
@@ -281,7 +281,7 @@ fn verdict(f: &NpuFacts, checks: Vec<(PodReason, Option<String>)>) -> Verdict {
         }
         Some((reason, _)) => Verdict {
             ok: false,
-            reason: reason.as_str(),
+            reason: *reason,
             message: failures
                 .iter()
                 .map(|(_, m)| m.as_str())
@@ -339,7 +339,7 @@ mod tests {
         }
     }
 
-    fn reason(f: &NpuFacts) -> (&'static str, String) {
+    fn reason(f: &NpuFacts) -> (PodReason, String) {
         let v = decide(f);
         assert!(!v.ok, "{v:?}");
         (v.reason, v.message)
@@ -358,7 +358,7 @@ mod tests {
         f.local[1].conf_ip = None;
         f.conf_error = Some("cannot read /etc/hccn.conf".into());
         let (r, m) = reason(&f);
-        assert_eq!(r, PodReason::NpuIpMissing.as_str());
+        assert_eq!(r, PodReason::NpuIpMissing);
         assert!(m.contains("device 1 has no address_1"), "{m}");
         assert!(m.contains("/etc/hccn.conf"), "{m}");
     }
@@ -368,12 +368,12 @@ mod tests {
         let mut f = healthy();
         f.local[0].table_ip = "192.168.100.9".into();
         let (r, m) = reason(&f);
-        assert_eq!(r, PodReason::NpuIpMismatch.as_str());
+        assert_eq!(r, PodReason::NpuIpMismatch);
         assert!(m.contains("rank table device_ip 192.168.100.9"), "{m}");
         let mut f = healthy();
         f.local[1].observed = DeviceObservation::healthy(1, "10.9.9.9".parse().unwrap(), false);
         let (r, m) = reason(&f);
-        assert_eq!(r, PodReason::NpuIpMismatch.as_str());
+        assert_eq!(r, PodReason::NpuIpMismatch);
         assert!(m.contains("hccn_tool -ip -g says 10.9.9.9"), "{m}");
     }
 
@@ -382,7 +382,7 @@ mod tests {
         let mut f = healthy();
         f.node_addresses.push((5, "192.168.100.2".parse().unwrap()));
         let (r, m) = reason(&f);
-        assert_eq!(r, PodReason::NpuIpDuplicate.as_str());
+        assert_eq!(r, PodReason::NpuIpDuplicate);
         assert!(
             m.contains("devices 1 and 5 of node-a share 192.168.100.2"),
             "{m}"
@@ -394,7 +394,7 @@ mod tests {
         let mut f = healthy();
         f.local[0].observed.link = Err("`hccn_tool -i 0 -link -g` did not finish".into());
         let (r, m) = reason(&f);
-        assert_eq!(r, PodReason::NpuToolFailed.as_str());
+        assert_eq!(r, PodReason::NpuToolFailed);
         assert!(m.contains("device 0: `hccn_tool -i 0 -link -g`"), "{m}");
     }
 
@@ -403,7 +403,7 @@ mod tests {
         let mut f = healthy();
         f.local[1].observed.link = Ok(NpuLink::Down);
         let (r, m) = reason(&f);
-        assert_eq!(r, PodReason::NpuLinkDown.as_str());
+        assert_eq!(r, PodReason::NpuLinkDown);
         assert!(m.contains("device 1 on node-a is DOWN"), "{m}");
     }
 
@@ -412,7 +412,7 @@ mod tests {
         let mut f = healthy();
         f.local[0].observed.health = Ok(NetHealth("Socket failed".into()));
         let (r, m) = reason(&f);
-        assert_eq!(r, PodReason::NpuUnhealthy.as_str());
+        assert_eq!(r, PodReason::NpuUnhealthy);
         assert!(
             m.contains("device 0: net health status Socket failed"),
             "{m}"
@@ -424,7 +424,7 @@ mod tests {
         let mut f = healthy();
         f.peer_tls[0].enabled = Some(true);
         let (r, m) = reason(&f);
-        assert_eq!(r, PodReason::NpuTlsMismatch.as_str());
+        assert_eq!(r, PodReason::NpuTlsMismatch);
         assert!(
             m.contains("on for node-b device 0 but off for node-a device 0"),
             "{m}"
@@ -439,13 +439,13 @@ mod tests {
         let mut f = healthy();
         f.pings[1] = ping(1, 0, "192.168.101.1", 0);
         let (r, m) = reason(&f);
-        assert_eq!(r, PodReason::NpuPingFailed.as_str());
+        assert_eq!(r, PodReason::NpuPingFailed);
         assert!(
             m.contains("1 of 2 NPU pings from node-a failed: device 1 -> node-b device 0 (192.168.101.1): 3 sent, 0 received"),
             "{m}"
         );
         f.pings[1].result = Err("not run: the connect deadline passed".into());
-        assert_eq!(reason(&f).0, PodReason::NpuPingFailed.as_str());
+        assert_eq!(reason(&f).0, PodReason::NpuPingFailed);
     }
 
     #[test]
@@ -454,7 +454,7 @@ mod tests {
         f.local[0].conf_ip = None;
         f.local[1].observed.link = Ok(NpuLink::Down);
         let (r, m) = reason(&f);
-        assert_eq!(r, PodReason::NpuIpMissing.as_str());
+        assert_eq!(r, PodReason::NpuIpMissing);
         assert!(m.contains("is DOWN"), "{m}");
     }
 }
