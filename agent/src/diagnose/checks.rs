@@ -476,6 +476,7 @@ pub fn run_all(f: &Facts) -> Vec<Finding> {
         new_member(f),
         member_conditions(f),
         super::allocation::check(f),
+        super::npu_net::check(f),
         logs(f),
     ]
 }

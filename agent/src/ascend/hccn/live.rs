@@ -1,6 +1,7 @@
 //! The production [`NpuNetwork`]: this node's `hccn.conf` and `hccn_tool` (paths from
-//! `--hccn-conf` / `--hccn-tool`), and the peers' `HcommNode`s for their TLS switches.
-//! Every read is bounded by the caller's deadline.
+//! `--hccn-conf` / `--hccn-tool`), and the peers' `HcommNode`s for their TLS switches
+//! (none when offline, as in `diagnose` without a cluster). Every read is bounded by the
+//! caller's deadline.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -20,7 +21,7 @@ use crate::config::Context;
 pub struct HccnNetwork {
     tool: HccnTool,
     conf: PathBuf,
-    client: kube::Client,
+    client: Option<kube::Client>,
 }
 
 impl HccnNetwork {
@@ -28,7 +29,16 @@ impl HccnNetwork {
         HccnNetwork {
             tool: ctx.cfg.sources.hccn(),
             conf: ctx.cfg.sources.hccn_conf.clone(),
-            client: ctx.client.clone(),
+            client: Some(ctx.client.clone()),
+        }
+    }
+
+    /// This node's tool and conf only: peers' TLS switches are not read.
+    pub fn offline(tool: HccnTool, conf: PathBuf) -> HccnNetwork {
+        HccnNetwork {
+            tool,
+            conf,
+            client: None,
         }
     }
 }
@@ -74,7 +84,10 @@ impl NpuNetwork for HccnNetwork {
         deadline: Instant,
     ) -> BoxFuture<'a, Vec<PeerTls>> {
         async move {
-            let api: Api<HcommNode> = Api::all(self.client.clone());
+            let Some(client) = &self.client else {
+                return Vec::new();
+            };
+            let api: Api<HcommNode> = Api::all(client.clone());
             let mut out = Vec::new();
             for peer in peers {
                 let Ok(Ok(Some(n))) = tokio::time::timeout_at(deadline, api.get_opt(peer)).await

@@ -82,6 +82,23 @@ fn healthy() -> Facts {
             annotation: Some(r#"{"devices":[{"device_id":"0"},{"device_id":"1"}]}"#.into()),
             table: Ok(vec![(0, 0), (1, 1)]),
         }),
+        npu_network: Some(crate::diagnose::npu_net::NpuSeen::Seen {
+            devices: vec![(
+                0,
+                hcomm_crds::node::DeviceNetwork {
+                    configured_ip: Some("10.0.0.1".into()),
+                    link: Some(hcomm_crds::node::NpuLink::Up),
+                    net_health: Some("Success".into()),
+                    tls_enabled: Some(false),
+                    error: None,
+                },
+            )],
+            verdict: Some(crate::nic::verify::Verdict {
+                ok: true,
+                reason: hcomm_crds::contract::PodReason::Verified,
+                message: "NPU devices 0 have their addresses".into(),
+            }),
+        }),
         ..Default::default()
     }
 }
