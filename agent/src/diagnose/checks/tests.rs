@@ -323,3 +323,72 @@ fn port_problems_fail() {
     f.port_check = Some(Err("port 29600 in use".into()));
     assert_eq!(port_range(&f).outcome, Outcome::Fail);
 }
+
+// The npu-network row.
+
+use crate::diagnose::npu_net::NpuSeen;
+use crate::nic::verify::Verdict;
+use hcomm_crds::contract::PodReason;
+use hcomm_crds::node::{DeviceNetwork, NpuLink};
+
+fn net(ip: &str, link: NpuLink) -> DeviceNetwork {
+    DeviceNetwork {
+        configured_ip: Some(ip.into()),
+        link: Some(link),
+        net_health: Some("Success".into()),
+        tls_enabled: Some(false),
+        error: None,
+    }
+}
+
+fn npu_facts(seen: NpuSeen) -> Facts {
+    Facts {
+        npu_network: Some(seen),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_node_without_the_tool_is_skipped_saying_where_it_looked() {
+    let r = npu_network(&npu_facts(NpuSeen::NoTool("no hccn_tool at /x".into())));
+    assert_eq!(
+        (r.outcome, r.detail.as_str()),
+        (Outcome::Skip, "no hccn_tool at /x")
+    );
+}
+
+#[test]
+fn the_devices_facts_are_listed_and_a_down_link_warns_without_a_table() {
+    let r = npu_network(&npu_facts(NpuSeen::Seen {
+        devices: vec![
+            (0, net("10.0.0.1", NpuLink::Up)),
+            (1, net("10.0.0.2", NpuLink::Down)),
+        ],
+        verdict: None,
+    }));
+    assert_eq!(r.outcome, Outcome::Warn);
+    assert!(
+        r.detail
+            .contains("npu0 10.0.0.1 UP Success TLS off; npu1 10.0.0.2 DOWN"),
+        "{}",
+        r.detail
+    );
+}
+
+#[test]
+fn a_failed_member_check_fails_the_row_with_its_reason() {
+    let r = npu_network(&npu_facts(NpuSeen::Seen {
+        devices: vec![(0, net("10.0.0.1", NpuLink::Up))],
+        verdict: Some(Verdict {
+            ok: false,
+            reason: PodReason::NpuPingFailed,
+            message: "1 of 1 NPU pings from n failed".into(),
+        }),
+    }));
+    assert_eq!(r.outcome, Outcome::Fail);
+    assert!(
+        r.detail.starts_with("NpuPingFailed: 1 of 1"),
+        "{}",
+        r.detail
+    );
+}
