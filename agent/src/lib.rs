@@ -14,6 +14,7 @@
 //! `inventory::publish`); the decisions are pure functions tested on their own, and the
 //! member task is tested against in-memory fakes of its ports.
 
+pub mod ascend;
 pub mod cli;
 pub mod config;
 pub mod diagnose;

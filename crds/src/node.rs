@@ -99,6 +99,42 @@ pub struct DeviceInventory {
     pub ip: Option<String>,
     /// Health as reported by the driver.
     pub health: DeviceHealth,
+    /// The device's RoCE network as `hccn_tool` last reported it (NPUs only); peers
+    /// compare their TLS switch against it before joining.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<DeviceNetwork>,
+}
+
+/// One NPU's own network (its RoCE port), as `hccn_tool` reports it. A field is absent when
+/// the tool could not tell; `error` then says why.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceNetwork {
+    /// The address in `/etc/hccn.conf` (`address_N`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configured_ip: Option<String>,
+    /// The RoCE link state (`hccn_tool -i N -link -g`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<NpuLink>,
+    /// The network health (`hccn_tool -i N -net_health -g`), e.g. `Success`, `Fault`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_health: Option<String>,
+    /// Whether TLS is switched on for the device (`hccn_tool -i N -tls -g`); it must be
+    /// the same on every device of a group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_enabled: Option<bool>,
+    /// What went wrong reading the state, if anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// An NPU's RoCE link state.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NpuLink {
+    /// `link status: UP`.
+    Up,
+    /// `link status: DOWN`.
+    Down,
 }
 
 /// Device health.

@@ -109,6 +109,14 @@ pub struct DiagnoseCli {
     #[arg(long, value_name = "PATH", env = "HCOMM_POD_RESOURCES_SOCKET",
           default_value_os_t = AgentConfig::new("").pod_resources_socket)]
     pub pod_resources_socket: PathBuf,
+    /// The `hccn_tool` binary (the NPU network row).
+    #[arg(long, value_name = "PATH", env = "HCOMM_HCCN_TOOL",
+          default_value_os_t = AgentConfig::new("").sources.hccn_tool)]
+    pub hccn_tool: PathBuf,
+    /// The NPUs' network configuration file.
+    #[arg(long, value_name = "PATH", env = "HCOMM_HCCN_CONF",
+          default_value_os_t = AgentConfig::new("").sources.hccn_conf)]
+    pub hccn_conf: PathBuf,
 }
 
 /// `--peers`: one value holding a list (clap would read a bare `Vec` as repeated values).
@@ -169,6 +177,8 @@ impl DiagnoseCli {
                 timeout: Duration::from_millis(self.api_timeout_ms),
             },
             pod_resources_socket: self.pod_resources_socket,
+            hccn_tool: self.hccn_tool,
+            hccn_conf: self.hccn_conf,
         })
     }
 }

@@ -113,6 +113,14 @@ pub struct RunArgs {
     /// Root of the Ascend driver and toolkit.
     #[arg(long, value_name = "D")]
     pub ascend_root: Option<PathBuf>,
+    /// The `hccn_tool` binary (the NPU network checks; absent on CPU nodes).
+    #[arg(long, env = "HCOMM_HCCN_TOOL", value_name = "PATH",
+          default_value_os_t = defaults().sources.hccn_tool)]
+    pub hccn_tool: PathBuf,
+    /// The NPUs' network configuration file.
+    #[arg(long, env = "HCOMM_HCCN_CONF", value_name = "PATH",
+          default_value_os_t = defaults().sources.hccn_conf)]
+    pub hccn_conf: PathBuf,
     /// Topology label: super-pod.
     #[arg(long, value_name = "X")]
     pub super_pod: Option<String>,
@@ -154,6 +162,8 @@ impl RunArgs {
         if let Some(d) = self.ascend_root {
             c.sources.ascend_root = d;
         }
+        c.sources.hccn_tool = self.hccn_tool;
+        c.sources.hccn_conf = self.hccn_conf;
         c.topology.super_pod = self.super_pod;
         c.topology.rack = self.rack;
         c.topology.switch = self.switch;
@@ -232,6 +242,21 @@ mod tests {
         let c =
             run("--node-name n --insecure-default-secret --pod-resources-socket /k.sock").unwrap();
         assert_eq!(c.pod_resources_socket, Path::new("/k.sock"));
+        assert_eq!(
+            c.sources.hccn_tool,
+            PathBuf::from("/usr/local/Ascend/driver/tools/hccn_tool")
+        );
+        assert_eq!(c.sources.hccn_conf, PathBuf::from("/etc/hccn.conf"));
+    }
+
+    #[test]
+    fn the_hccn_paths_come_from_their_flags() {
+        let c = run(
+            "--node-name n --insecure-default-secret --hccn-tool /opt/hccn_tool --hccn-conf=/h.conf",
+        )
+        .unwrap();
+        assert_eq!(c.sources.hccn_tool, PathBuf::from("/opt/hccn_tool"));
+        assert_eq!(c.sources.hccn_conf, PathBuf::from("/h.conf"));
     }
 
     /// agent-daemonset.yaml's `args` as `helm template` renders them with the default

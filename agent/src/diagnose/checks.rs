@@ -1,4 +1,6 @@
 //! The checklist (pure): each check maps [`Facts`] to a [`Finding`] row of the table.
+//! Size: one function per row of the table, together so the checklist reads in one place;
+//! the facts are gathered elsewhere (`collect`, `cluster`, `allocation`, `npu_net`).
 
 use super::facts::{ClusterRead, Facts};
 use crate::nic::verify::device_failure;
@@ -479,6 +481,60 @@ pub fn npu_allocation(f: &Facts) -> Finding {
     }
 }
 
+/// The NPUs' own network (`npu-network`): what `hccn_tool` reports per device and the
+/// member's pre-join check ([`super::npu_net`]).
+pub fn npu_network(f: &Facts) -> Finding {
+    let row = Finding {
+        id: "npu-network",
+        symptom: "handshake timeout on all nodes",
+        cause: "an NPU without its address, two with one, a RoCE link down, unhealthy, TLS differing, or a peer NPU unreachable",
+        checked: "hccn.conf, hccn_tool -ip/-link/-net_health/-tls -g, -ping -g to the rank table's peer NPUs".into(),
+        outcome: Outcome::Pass,
+        detail: String::new(),
+    };
+    let with = |outcome, detail: String| Finding {
+        outcome,
+        detail,
+        ..row.clone()
+    };
+    let Some(seen) = &f.npu_network else {
+        return with(Outcome::Skip, "not looked at".into());
+    };
+    let (devices, verdict) = match seen {
+        super::npu_net::NpuSeen::NoTool(why) => return with(Outcome::Skip, why.clone()),
+        super::npu_net::NpuSeen::Seen { devices, verdict } => (devices, verdict),
+    };
+    let facts: Vec<String> = devices
+        .iter()
+        .map(|(id, n)| super::npu_net::describe(*id, n))
+        .collect();
+    let facts = if facts.is_empty() {
+        "no devices".to_owned()
+    } else {
+        facts.join("; ")
+    };
+    match verdict {
+        Some(v) if !v.ok => with(
+            Outcome::Fail,
+            format!("{}: {} [{facts}]", v.reason.as_str(), v.message),
+        ),
+        Some(v) => with(Outcome::Pass, format!("{} [{facts}]", v.message)),
+        None => {
+            let bad = devices.iter().any(|(_, n)| {
+                n.error.is_some()
+                    || n.link == Some(hcomm_crds::node::NpuLink::Down)
+                    || n.net_health.as_deref().is_some_and(|h| h != "Success")
+                    || n.configured_ip.is_none()
+            });
+            let outcome = if bad { Outcome::Warn } else { Outcome::Pass };
+            with(
+                outcome,
+                format!("{facts} (no rank table and --devices: peers not pinged)"),
+            )
+        }
+    }
+}
+
 /// Every check, in table order.
 pub fn run_all(f: &Facts) -> Vec<Finding> {
     vec![
@@ -492,6 +548,7 @@ pub fn run_all(f: &Facts) -> Vec<Finding> {
         new_member(f),
         member_conditions(f),
         npu_allocation(f),
+        npu_network(f),
         logs(f),
     ]
 }

@@ -14,6 +14,10 @@ use super::allocation;
 use super::cluster::{self, Target};
 use super::facts::{ClusterRead, CommCounters, Facts};
 use super::logs;
+use super::npu_net;
+use crate::ascend::hccn::check::MemberNpus;
+use crate::ascend::hccn::runner::HccnTool;
+use crate::inventory::HCCN_CALL_TIMEOUT;
 use crate::inventory::{devices, nics};
 use crate::member::ranktable::{self, RankTable};
 use crate::nic::probe::{ProbeTarget, probe_all};
@@ -50,6 +54,9 @@ pub struct DiagnoseArgs {
     pub cluster: Target,
     /// The kubelet's PodResources socket (the NPU allocation row).
     pub pod_resources_socket: PathBuf,
+    /// `hccn_tool` and `/etc/hccn.conf` (the NPU network row).
+    pub hccn_tool: PathBuf,
+    pub hccn_conf: PathBuf,
 }
 
 /// Parses `name=ip,name=ip`.
@@ -245,11 +252,21 @@ pub async fn collect(args: &DiagnoseArgs) -> Facts {
         _ => None,
     };
     cluster::fill(&mut f, read);
+    let ids: Vec<i32> = devs.iter().map(|d| d.id).collect();
 
     let mut peers: Vec<(String, IpAddr)> = args.peers.clone();
+    let mut npu_member = None;
     if let Some((parsed, epoch)) = table {
         match parsed {
             Ok(table) => {
+                if let Some(devs) = &args.devices {
+                    npu_member = MemberNpus::from_table(
+                        &table,
+                        args.node.as_deref().unwrap_or_default(),
+                        f.data_address.map(|a| a.to_string()).as_deref(),
+                        devs,
+                    );
+                }
                 f.rank_table_epoch = epoch.or(f.rank_table_epoch);
                 f.rank0_peer = table.rank(0).map(|(s, _)| s.server_id.to_owned());
                 let node = args.node.clone().unwrap_or_default();
@@ -290,6 +307,16 @@ pub async fn collect(args: &DiagnoseArgs) -> Facts {
             Err(e) => f.port_check = Some(Err(e)),
         }
     }
+    f.npu_network = Some(
+        npu_net::read(
+            HccnTool::new(&args.hccn_tool, HCCN_CALL_TIMEOUT),
+            &args.hccn_conf,
+            &ids,
+            npu_member.as_ref(),
+            args.probe_timeout,
+        )
+        .await,
+    );
     if let Some(c) = &chosen {
         let targets: Vec<ProbeTarget> = peers
             .iter()

@@ -99,4 +99,6 @@ pub struct Facts {
     pub cluster: ClusterRead,
     /// The member's NPU allocation from every side (None: no NPU member Pod asked about).
     pub allocation: Option<super::allocation::AllocationSeen>,
+    /// The NPUs' own network through `hccn_tool` (None: not looked at).
+    pub npu_network: Option<super::npu_net::NpuSeen>,
 }

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod collect;
 pub mod facts;
 pub mod logs;
+pub mod npu_net;
 pub mod table;
 
 pub use checks::{Finding, Outcome};

@@ -40,6 +40,7 @@ pub fn parse_npu_smi(text: &str) -> Vec<DeviceInventory> {
             numa_node: None,
             ip: None,
             health,
+            network: None,
         });
     }
     out
@@ -65,6 +66,7 @@ pub fn cpu_devices(n: u32) -> Vec<DeviceInventory> {
             numa_node: None,
             ip: None,
             health: DeviceHealth::Healthy,
+            network: None,
         })
         .collect()
 }
@@ -100,6 +102,7 @@ pub async fn collect(cpu_devices_flag: Option<u32>, dev_dir: &Path) -> Vec<Devic
             numa_node: None,
             ip: None,
             health: DeviceHealth::Unknown,
+            network: None,
         })
         .collect()
 }

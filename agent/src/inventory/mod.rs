@@ -1,10 +1,12 @@
-//! The node's inventory: devices, NICs, topology, software versions, `/dev/shm`.
+//! The node's inventory: devices (with the NPUs' own network, [`npu_net`]), NICs,
+//! topology, software versions, `/dev/shm`.
 //!
 //! [`collect`] gathers facts (I/O, never fails: unknowns stay unknown); [`to_status`] turns
 //! them into the `HcommNode` status (pure); [`publish`] writes it with server-side apply.
 
 pub mod devices;
 pub mod nics;
+pub mod npu_net;
 pub mod publish;
 pub mod shm;
 pub mod versions;
@@ -35,8 +37,25 @@ pub struct InventorySources {
     pub dev_dir: PathBuf,
     pub sysfs_net: PathBuf,
     pub ascend_root: PathBuf,
+    /// `/etc/ascend_install.info`: where the driver was installed (`Driver_Install_Path_Param`).
+    pub install_info: PathBuf,
+    /// The `hccn_tool` binary (`--hccn-tool`).
+    pub hccn_tool: PathBuf,
+    /// The NPUs' network configuration (`--hccn-conf`).
+    pub hccn_conf: PathBuf,
     pub shm_path: PathBuf,
 }
+
+impl InventorySources {
+    /// The `hccn_tool` runner for these sources.
+    pub fn hccn(&self) -> crate::ascend::hccn::runner::HccnTool {
+        crate::ascend::hccn::runner::HccnTool::new(&self.hccn_tool, HCCN_CALL_TIMEOUT)
+    }
+}
+
+/// The longest one `hccn_tool` call may take (a 3-packet ping answers within a few
+/// seconds; the other queries at once).
+pub const HCCN_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Default for InventorySources {
     fn default() -> Self {
@@ -45,6 +64,9 @@ impl Default for InventorySources {
             dev_dir: "/dev".into(),
             sysfs_net: "/sys/class/net".into(),
             ascend_root: "/usr/local/Ascend".into(),
+            install_info: "/etc/ascend_install.info".into(),
+            hccn_tool: crate::ascend::hccn::runner::DEFAULT_TOOL.into(),
+            hccn_conf: "/etc/hccn.conf".into(),
             shm_path: "/dev/shm".into(),
         }
     }
@@ -69,10 +91,12 @@ impl Inventory {
 
 /// Observes the node.
 pub async fn collect(src: &InventorySources, topology: TopologyLabels) -> Inventory {
+    let mut devices = devices::collect(src.cpu_devices, &src.dev_dir).await;
+    npu_net::fill(&mut devices, &src.hccn(), &src.hccn_conf).await;
     Inventory {
-        devices: devices::collect(src.cpu_devices, &src.dev_dir).await,
+        devices,
         nics: nics::collect(&src.sysfs_net).await,
-        versions: versions::collect(&src.ascend_root),
+        versions: versions::collect(&src.ascend_root, &src.install_info),
         shm_bytes: shm::size_of(&src.shm_path).await,
         topology,
     }

@@ -22,8 +22,12 @@ use super::ports::{
 use super::ranktable::{RankTable, plan};
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
-use super::verify::Verified;
+use super::verify::{NpuSite, Verified, with_npu_check};
 use super::weights::{SyncFailure, SyncFuture, WeightsOutcome, WeightsRequest, WeightsSyncer};
+use crate::ascend::hccn::conf::{self, HccnConf};
+use crate::ascend::hccn::observe::DeviceObservation;
+use crate::ascend::hccn::output::PingResult;
+use crate::ascend::hccn::port::{NodeObservation, NpuNetwork, PeerTls};
 use crate::error::{Error, Result};
 use crate::local_api::{Assignment, Notice};
 use crate::nic::Chosen;
@@ -128,6 +132,9 @@ pub struct FakeVerifier {
     pub node: String,
     pub ip: IpAddr,
     pub script: Arc<Mutex<VecDeque<VerifyScript>>>,
+    /// When set, the scripted NIC verification runs beside the real NPU network check
+    /// ([`with_npu_check`]) against this fake NPU network, as production does.
+    pub npu: Option<FakeNpu>,
 }
 
 impl Verifier for FakeVerifier {
@@ -135,11 +142,11 @@ impl Verifier for FakeVerifier {
         &'a self,
         spec: &'a MemberSpec,
         _socket_ifname: Option<&'a str>,
-        _connect_timeout: Duration,
+        connect_timeout: Duration,
         table: &'a RankTable,
     ) -> BoxFuture<'a, Verified> {
         let script = lock(&self.script).pop_front().unwrap_or(VerifyScript::Pass);
-        async move {
+        let nic = async move {
             let fail = |reason: PodReason| Verified {
                 verdict: Verdict {
                     ok: false,
@@ -173,8 +180,119 @@ impl Verifier for FakeVerifier {
                     }
                 }
             }
+        };
+        async move {
+            match &self.npu {
+                None => nic.await,
+                Some(npu) => {
+                    let site = NpuSite {
+                        node: &self.node,
+                        data_ip: None,
+                        table,
+                        budget: connect_timeout,
+                    };
+                    with_npu_check(nic, npu, spec, site).await
+                }
+            }
         }
         .boxed()
+    }
+}
+
+/// What the fake NPU network holds, and the pings it was asked for.
+pub struct NpuState {
+    pub conf: std::result::Result<HccnConf, String>,
+    pub devices: Vec<DeviceObservation>,
+    pub peer_tls: Vec<PeerTls>,
+    /// Addresses that never answer a ping.
+    pub unreachable: Vec<IpAddr>,
+    /// How long each ping takes (tokio time); past the deadline it is a tool timeout.
+    pub ping_time: Duration,
+    /// Every ping asked for: (local device, address).
+    pub pings: Vec<(u32, IpAddr)>,
+}
+
+#[derive(Clone)]
+pub struct FakeNpu(pub Arc<Mutex<NpuState>>);
+
+impl FakeNpu {
+    /// A node whose devices `(id, address)` are configured, up, healthy, TLS off, and
+    /// whose peers published `peer_tls`.
+    pub fn healthy(devices: &[(u32, &str)], peer_tls: Vec<PeerTls>) -> FakeNpu {
+        let conf: String = devices
+            .iter()
+            .map(|(id, ip)| format!("address_{id}={ip}\nnetmask_{id}=255.255.255.0\n"))
+            .collect();
+        FakeNpu(Arc::new(Mutex::new(NpuState {
+            conf: Ok(conf::parse(&conf).expect("valid hccn.conf")),
+            devices: devices
+                .iter()
+                .map(|(id, ip)| DeviceObservation::healthy(*id, ip.parse().expect("ipv4"), false))
+                .collect(),
+            peer_tls,
+            unreachable: Vec::new(),
+            ping_time: Duration::from_millis(50),
+            pings: Vec::new(),
+        })))
+    }
+
+    pub fn with<R>(&self, f: impl FnOnce(&mut NpuState) -> R) -> R {
+        f(&mut lock(&self.0))
+    }
+}
+
+impl NpuNetwork for FakeNpu {
+    fn observe<'a>(
+        &'a self,
+        devices: &'a [u32],
+        _deadline: tokio::time::Instant,
+    ) -> BoxFuture<'a, NodeObservation> {
+        let o = self.with(|s| NodeObservation {
+            conf: s.conf.clone(),
+            devices: s
+                .devices
+                .iter()
+                .filter(|d| devices.contains(&d.id))
+                .cloned()
+                .collect(),
+        });
+        async move { o }.boxed()
+    }
+
+    fn ping(
+        &self,
+        device: u32,
+        address: IpAddr,
+        deadline: tokio::time::Instant,
+    ) -> BoxFuture<'_, std::result::Result<PingResult, String>> {
+        let (time, lost) = self.with(|s| {
+            s.pings.push((device, address));
+            (s.ping_time, s.unreachable.contains(&address))
+        });
+        async move {
+            let done = tokio::time::Instant::now() + time;
+            if done > deadline {
+                tokio::time::sleep_until(deadline).await;
+                return Err(format!(
+                    "`hccn_tool -i {device} -ping -g address {address}` timed out"
+                ));
+            }
+            tokio::time::sleep_until(done).await;
+            Ok(PingResult {
+                transmitted: 3,
+                received: if lost { 0 } else { 3 },
+            })
+        }
+        .boxed()
+    }
+
+    fn peer_tls<'a>(
+        &'a self,
+        _peers: &'a [String],
+        _deadline: tokio::time::Instant,
+    ) -> BoxFuture<'a, Vec<PeerTls>> {
+        let p = self.with(|s| s.peer_tls.clone());
+        async move { p }.boxed()
     }
 }
 

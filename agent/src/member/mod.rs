@@ -19,6 +19,8 @@ pub mod driver;
 #[cfg(test)]
 mod fakes;
 pub mod group;
+#[cfg(test)]
+mod npu_task_tests;
 pub mod nudge;
 pub mod ports;
 pub mod ranktable;

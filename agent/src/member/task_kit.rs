@@ -10,13 +10,15 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::fakes::{
-    FakeAllocations, FakeCluster, FakeDomain, FakeVerifier, FakeWeights, FakeWorker, PausedClock,
+    FakeAllocations, FakeCluster, FakeDomain, FakeNpu, FakeVerifier, FakeWeights, FakeWorker,
+    PausedClock,
 };
 use super::ports::{Clock, JoinError};
 use super::ranktable::RankTable;
 use super::spec::MemberSpec;
 use super::state::Phase;
 use super::task::{Ports, drive};
+use crate::ascend::hccn::port::PeerTls;
 use crate::config::AgentConfig;
 use crate::metrics::Metrics;
 use hcomm_crds::contract::PodReason;
@@ -29,6 +31,17 @@ pub fn table() -> RankTable {
         r#"{"version":"1.0","status":"completed","server_count":"2","server_list":[
         {"server_id":"node-a","host_ip":"127.0.0.1","device":[{"device_id":"0","rank_id":"0"}]},
         {"server_id":"node-b","host_ip":"127.0.0.2","device":[{"device_id":"0","rank_id":"1"}]}]}"#,
+    )
+    .expect("valid table")
+}
+
+/// The two-member table with NPU addresses: node-a device 0 at 10.0.0.1, node-b device 0
+/// at 10.0.1.1.
+pub fn npu_table() -> RankTable {
+    RankTable::parse(
+        r#"{"version":"1.0","status":"completed","server_count":"2","server_list":[
+        {"server_id":"node-a","host_ip":"127.0.0.1","device":[{"device_id":"0","device_ip":"10.0.0.1","rank_id":"0"}]},
+        {"server_id":"node-b","host_ip":"127.0.0.2","device":[{"device_id":"0","device_ip":"10.0.1.1","rank_id":"1"}]}]}"#,
     )
     .expect("valid table")
 }
@@ -70,6 +83,7 @@ impl Kit {
                 node: NODE.into(),
                 ip: "127.0.0.1".parse::<IpAddr>().unwrap(),
                 script: Default::default(),
+                npu: None,
             },
             weights: FakeWeights::default(),
             domain: FakeDomain::default(),
@@ -79,6 +93,24 @@ impl Kit {
             pod: watch::Sender::new(Some(member())),
             nudge: watch::Sender::new(()),
         }
+    }
+
+    /// A member of an NPU group: the table carries device addresses, and the NPU network
+    /// check runs against `npu` (healthy: node-a device 0 at 10.0.0.1, TLS off like
+    /// node-b's published device 0). The test breaks it before [`Kit::start`].
+    pub fn npu() -> (Kit, FakeNpu) {
+        let mut kit = Kit::new();
+        kit.cluster.with(|s| s.table = Some((npu_table(), 1)));
+        let npu = FakeNpu::healthy(
+            &[(0, "10.0.0.1")],
+            vec![PeerTls {
+                node: "node-b".into(),
+                device: 0,
+                enabled: Some(false),
+            }],
+        );
+        kit.verifier.npu = Some(npu.clone());
+        (kit, npu)
     }
 
     pub fn start(&self) -> JoinHandle<Phase> {

@@ -2,7 +2,8 @@
 //! data NIC, link probes to every peer (and, concurrently, through the other local
 //! interfaces, so the message can say which would work), device facts, peers' versions
 //! from their `HcommNode`s, `/dev/shm`. Everything runs under one deadline: the group's
-//! connect timeout.
+//! connect timeout. Beside it, for a member whose rank-table devices carry `device_ip`s,
+//! the NPU network check ([`crate::ascend::hccn::check`]) runs concurrently.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -12,6 +13,9 @@ use kube::Api;
 
 use super::ranktable::{ControlPlan, RankTable};
 use super::spec::MemberSpec;
+use crate::ascend::hccn::check::{MemberNpus, check};
+use crate::ascend::hccn::live::HccnNetwork;
+use crate::ascend::hccn::port::NpuNetwork;
 use crate::config::Context;
 use crate::nic::probe::{ProbeTarget, probe_all};
 use crate::nic::select::alternatives;
@@ -41,8 +45,69 @@ fn fail(reason: PodReason, message: String) -> Verified {
     }
 }
 
-/// Verifies a member against its group's rank table.
+/// Verifies a member against its group's rank table: the data NIC and the node's facts,
+/// and the NPU network through this node's `hccn_tool`.
 pub async fn verify(
+    ctx: &Context,
+    spec: &MemberSpec,
+    socket_ifname: Option<&str>,
+    connect_timeout: Duration,
+    table: &RankTable,
+) -> Verified {
+    let timeout = ctx
+        .cfg
+        .verify_timeout_cap
+        .map_or(connect_timeout, |c| c.min(connect_timeout));
+    let npu = HccnNetwork::new(ctx);
+    let data_ip = ctx.cfg.data_address.map(|a| a.to_string());
+    let nic = verify_nic(ctx, spec, socket_ifname, connect_timeout, table);
+    let site = NpuSite {
+        node: &ctx.cfg.node_name,
+        data_ip: data_ip.as_deref(),
+        table,
+        budget: timeout,
+    };
+    with_npu_check(nic, &npu, spec, site).await
+}
+
+/// Where the NPU check runs: the node, its data address (to find its server when the
+/// table names it by address), the table and the time it has.
+pub struct NpuSite<'a> {
+    pub node: &'a str,
+    pub data_ip: Option<&'a str>,
+    pub table: &'a RankTable,
+    pub budget: Duration,
+}
+
+/// Runs `nic` and, when the table gives the member's devices `device_ip`s, the NPU network
+/// check beside it; a failure of either fails the verification (the NIC's reason first),
+/// with both messages.
+pub async fn with_npu_check(
+    nic: impl std::future::Future<Output = Verified>,
+    npu: &dyn NpuNetwork,
+    spec: &MemberSpec,
+    site: NpuSite<'_>,
+) -> Verified {
+    let devices = spec.devices.clone().unwrap_or_default();
+    let Some(member) = MemberNpus::from_table(site.table, site.node, site.data_ip, &devices) else {
+        return nic.await;
+    };
+    let (mut v, n) = futures::join!(nic, check(npu, &member, site.budget));
+    if !n.ok {
+        if v.verdict.ok {
+            v.verdict = n;
+        } else {
+            v.verdict.message = format!("{} | {}", v.verdict.message, n.message);
+        }
+        v.chosen = None;
+        v.plan = None;
+    } else if v.verdict.ok {
+        v.verdict.message = format!("{}; {}", v.verdict.message, n.message);
+    }
+    v
+}
+
+async fn verify_nic(
     ctx: &Context,
     spec: &MemberSpec,
     socket_ifname: Option<&str>,

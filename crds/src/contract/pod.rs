@@ -41,6 +41,25 @@ string_enum! {
         NoRankTable => "NoRankTable",
         /// Verification did not finish within its deadline.
         VerificationTimedOut => "VerificationTimedOut",
+        /// A device of the member has no NPU address (`/etc/hccn.conf` `address_N` or
+        /// `hccn_tool -i N -ip -g` has none).
+        NpuIpMissing => "NpuIpMissing",
+        /// A device's NPU address differs between `/etc/hccn.conf`, `hccn_tool` and the
+        /// rank table's `device_ip`.
+        NpuIpMismatch => "NpuIpMismatch",
+        /// Two devices of the node carry the same NPU address.
+        NpuIpDuplicate => "NpuIpDuplicate",
+        /// A device's RoCE link is down (`hccn_tool -i N -link -g`).
+        NpuLinkDown => "NpuLinkDown",
+        /// A device's network health is not `Success` (`hccn_tool -i N -net_health -g`).
+        NpuUnhealthy => "NpuUnhealthy",
+        /// The devices' TLS switch differs within the group (HCCL refuses to connect).
+        NpuTlsMismatch => "NpuTlsMismatch",
+        /// A device cannot ping a peer's NPU address (`hccn_tool -i N -ping -g address X`).
+        NpuPingFailed => "NpuPingFailed",
+        /// `hccn_tool` could not be run, timed out, or printed what its documented format
+        /// does not allow.
+        NpuToolFailed => "NpuToolFailed",
         /// Verification failed (the Event that carries the failing check's reason).
         VerificationFailed => "VerificationFailed",
         /// The group's `comm.backend` is `hccl` and the HCCL runtime cannot be loaded on

@@ -82,6 +82,23 @@ fn healthy() -> Facts {
             annotation: Some(r#"{"devices":[{"device_id":"0"},{"device_id":"1"}]}"#.into()),
             table: Ok(vec![(0, 0), (1, 1)]),
         }),
+        npu_network: Some(crate::diagnose::npu_net::NpuSeen::Seen {
+            devices: vec![(
+                0,
+                hcomm_crds::node::DeviceNetwork {
+                    configured_ip: Some("10.0.0.1".into()),
+                    link: Some(hcomm_crds::node::NpuLink::Up),
+                    net_health: Some("Success".into()),
+                    tls_enabled: Some(false),
+                    error: None,
+                },
+            )],
+            verdict: Some(crate::nic::verify::Verdict {
+                ok: true,
+                reason: hcomm_crds::contract::PodReason::Verified,
+                message: "NPU devices 0 have their addresses".into(),
+            }),
+        }),
         ..Default::default()
     }
 }
@@ -323,4 +340,73 @@ fn the_npu_allocation_row_fails_on_a_contradiction_and_skips_without_an_npu_pod(
     );
     f.allocation = None;
     assert_eq!(npu_allocation(&f).outcome, Outcome::Skip);
+}
+
+// The npu-network row.
+
+use crate::diagnose::npu_net::NpuSeen;
+use crate::nic::verify::Verdict;
+use hcomm_crds::contract::PodReason;
+use hcomm_crds::node::{DeviceNetwork, NpuLink};
+
+fn net(ip: &str, link: NpuLink) -> DeviceNetwork {
+    DeviceNetwork {
+        configured_ip: Some(ip.into()),
+        link: Some(link),
+        net_health: Some("Success".into()),
+        tls_enabled: Some(false),
+        error: None,
+    }
+}
+
+fn npu_facts(seen: NpuSeen) -> Facts {
+    Facts {
+        npu_network: Some(seen),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_node_without_the_tool_is_skipped_saying_where_it_looked() {
+    let r = npu_network(&npu_facts(NpuSeen::NoTool("no hccn_tool at /x".into())));
+    assert_eq!(
+        (r.outcome, r.detail.as_str()),
+        (Outcome::Skip, "no hccn_tool at /x")
+    );
+}
+
+#[test]
+fn the_devices_facts_are_listed_and_a_down_link_warns_without_a_table() {
+    let r = npu_network(&npu_facts(NpuSeen::Seen {
+        devices: vec![
+            (0, net("10.0.0.1", NpuLink::Up)),
+            (1, net("10.0.0.2", NpuLink::Down)),
+        ],
+        verdict: None,
+    }));
+    assert_eq!(r.outcome, Outcome::Warn);
+    assert!(
+        r.detail
+            .contains("npu0 10.0.0.1 UP Success TLS off; npu1 10.0.0.2 DOWN"),
+        "{}",
+        r.detail
+    );
+}
+
+#[test]
+fn a_failed_member_check_fails_the_row_with_its_reason() {
+    let r = npu_network(&npu_facts(NpuSeen::Seen {
+        devices: vec![(0, net("10.0.0.1", NpuLink::Up))],
+        verdict: Some(Verdict {
+            ok: false,
+            reason: PodReason::NpuPingFailed,
+            message: "1 of 1 NPU pings from n failed".into(),
+        }),
+    }));
+    assert_eq!(r.outcome, Outcome::Fail);
+    assert!(
+        r.detail.starts_with("NpuPingFailed: 1 of 1"),
+        "{}",
+        r.detail
+    );
 }

@@ -1,0 +1,112 @@
+//! The production [`NpuNetwork`]: this node's `hccn.conf` and `hccn_tool` (paths from
+//! `--hccn-conf` / `--hccn-tool`), and the peers' `HcommNode`s for their TLS switches
+//! (none when offline, as in `diagnose` without a cluster). Every read is bounded by the
+//! caller's deadline.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use hcomm_crds::HcommNode;
+use kube::Api;
+use tokio::time::Instant;
+
+use super::observe::observe;
+use super::output::PingResult;
+use super::port::{NodeObservation, NpuNetwork, PeerTls};
+use super::runner::HccnTool;
+use crate::config::Context;
+
+pub struct HccnNetwork {
+    tool: HccnTool,
+    conf: PathBuf,
+    client: Option<kube::Client>,
+}
+
+impl HccnNetwork {
+    pub fn new(ctx: &Context) -> HccnNetwork {
+        HccnNetwork {
+            tool: ctx.cfg.sources.hccn(),
+            conf: ctx.cfg.sources.hccn_conf.clone(),
+            client: Some(ctx.client.clone()),
+        }
+    }
+
+    /// This node's tool and conf only: peers' TLS switches are not read.
+    pub fn offline(tool: HccnTool, conf: PathBuf) -> HccnNetwork {
+        HccnNetwork {
+            tool,
+            conf,
+            client: None,
+        }
+    }
+}
+
+impl NpuNetwork for HccnNetwork {
+    fn observe<'a>(
+        &'a self,
+        devices: &'a [u32],
+        deadline: Instant,
+    ) -> BoxFuture<'a, NodeObservation> {
+        async move {
+            let conf = super::conf::read(&self.conf).map_err(|e| e.to_string());
+            let mut out = Vec::new();
+            for id in devices {
+                out.push(observe(&self.tool, *id, deadline).await);
+            }
+            NodeObservation { conf, devices: out }
+        }
+        .boxed()
+    }
+
+    fn ping(
+        &self,
+        device: u32,
+        address: IpAddr,
+        deadline: Instant,
+    ) -> BoxFuture<'_, Result<PingResult, String>> {
+        async move {
+            let IpAddr::V4(v4) = address else {
+                return Err(format!("{address} is not IPv4 (hccn_tool pings IPv4)"));
+            };
+            self.tool
+                .ping(device, v4, deadline)
+                .await
+                .map_err(|e| e.to_string())
+        }
+        .boxed()
+    }
+
+    fn peer_tls<'a>(
+        &'a self,
+        peers: &'a [String],
+        deadline: Instant,
+    ) -> BoxFuture<'a, Vec<PeerTls>> {
+        async move {
+            let Some(client) = &self.client else {
+                return Vec::new();
+            };
+            let api: Api<HcommNode> = Api::all(client.clone());
+            let mut out = Vec::new();
+            for peer in peers {
+                let Ok(Ok(Some(n))) = tokio::time::timeout_at(deadline, api.get_opt(peer)).await
+                else {
+                    continue;
+                };
+                for d in n.status.map(|s| s.devices).unwrap_or_default() {
+                    let Ok(device) = u32::try_from(d.id) else {
+                        continue;
+                    };
+                    out.push(PeerTls {
+                        node: peer.clone(),
+                        device,
+                        enabled: d.network.and_then(|n| n.tls_enabled),
+                    });
+                }
+            }
+            out
+        }
+        .boxed()
+    }
+}
