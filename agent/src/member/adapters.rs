@@ -246,6 +246,10 @@ impl CommDomain for EngineDomain {
             }
             let domain = self.domain.as_mut().expect("created above");
             domain.join(&spec.plan, spec.epoch).await?;
+            // A new epoch can bring members on hosts this agent has not verified against
+            // (replacements, scale-outs): its health probes must reach them too, or their
+            // links stay unprobed and the group's LinksHealthy never turns True.
+            self.ctx.add_peers(&spec.plan.peers);
             self.start_health();
             Ok(())
         }
