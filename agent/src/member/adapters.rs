@@ -159,6 +159,19 @@ impl Cluster for KubeCluster {
 pub struct NicVerifier(pub Arc<Context>);
 
 impl Verifier for NicVerifier {
+    fn backend_runtime(
+        &self,
+        backend: hcomm_crds::Backend,
+    ) -> BoxFuture<'_, std::result::Result<(), String>> {
+        async move {
+            let search = hcomm_comm::hccl::LibrarySearch::from_env();
+            tokio::task::spawn_blocking(move || super::runtime::check(backend, &search))
+                .await
+                .unwrap_or_else(|e| Err(format!("the runtime check did not finish: {e}")))
+        }
+        .boxed()
+    }
+
     fn verify<'a>(
         &'a self,
         spec: &'a MemberSpec,

@@ -67,6 +67,7 @@ impl Kit {
                 node: NODE.into(),
                 ip: "127.0.0.1".parse::<IpAddr>().unwrap(),
                 script: Default::default(),
+                hccl_missing: Default::default(),
             },
             weights: FakeWeights::default(),
             domain: FakeDomain::default(),
