@@ -1,6 +1,6 @@
 //! Whether the runtime of a group's collective backend can be loaded on this node: part of
 //! verification, so a member of a `backend: hccl` group on a node without the Ascend CANN
-//! runtime is refused with a reason that says so (`HcclUnavailable`) instead of being
+//! runtime is refused with a reason that says so (`HcclRuntimeUnavailable`) instead of being
 //! verified and failing later, or — worse — being served by another backend.
 //!
 //! The check is the comm crate's own loader ([`hcomm_comm::hccl::Api::load`]: `dlopen` of

@@ -51,12 +51,12 @@ impl Run {
             Ok(Err(message)) => {
                 self.metrics
                     .verifications
-                    .with_label_values(&[PodReason::HcclUnavailable])
+                    .with_label_values(&[PodReason::HcclRuntimeUnavailable])
                     .inc();
                 tracing::warn!(backend = ?self.group.comm.backend, %message, "verification");
                 return Event::Verified {
                     ok: false,
-                    reason: PodReason::HcclUnavailable,
+                    reason: PodReason::HcclRuntimeUnavailable,
                     message,
                 };
             }

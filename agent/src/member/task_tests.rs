@@ -98,15 +98,15 @@ async fn an_hccl_group_on_a_node_without_the_hccl_runtime_is_not_verified_and_sa
     *kit.verifier.hccl_missing.lock().unwrap() =
         Some("libascendcl.so could not be loaded (searched: /x/libascendcl.so)".into());
     let _task = kit.start();
-    kit.until("verified=False (HcclUnavailable)", |k| {
-        k.cluster.condition(POD_VERIFIED) == Some((false, PodReason::HcclUnavailable))
+    kit.until("verified=False (HcclRuntimeUnavailable)", |k| {
+        k.cluster.condition(POD_VERIFIED) == Some((false, PodReason::HcclRuntimeUnavailable))
     })
     .await;
     let events = kit.cluster.with(|s| s.events.clone());
     assert!(
         events.iter().any(|(warning, reason, message)| *warning
             && *reason == PodReason::VerificationFailed
-            && message.starts_with(PodReason::HcclUnavailable.as_str())
+            && message.starts_with(PodReason::HcclRuntimeUnavailable.as_str())
             && message.contains("/x/libascendcl.so")),
         "{events:?}"
     );

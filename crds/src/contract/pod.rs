@@ -45,7 +45,7 @@ string_enum! {
         VerificationFailed => "VerificationFailed",
         /// The group's `comm.backend` is `hccl` and the HCCL runtime cannot be loaded on
         /// the node.
-        HcclUnavailable => "HcclUnavailable",
+        HcclRuntimeUnavailable => "HcclRuntimeUnavailable",
         /// The weights are in place and verified.
         WeightsSynced => "WeightsSynced",
         /// Syncing the weights failed.

@@ -20,7 +20,7 @@ use crate::check;
 const HCCL_GROUP: &str = "hccl";
 
 /// A one-member copy of the decode example with `comm.backend: hccl`: its member is not
-/// verified (`hcomm.io/verified=False`, reason `HcclUnavailable`, the message naming the
+/// verified (`hcomm.io/verified=False`, reason `HcclRuntimeUnavailable`, the message naming the
 /// libraries and the paths tried), a Warning Event says so, it never turns Ready, and
 /// removing the group leaves nothing. Prefill and decode serve cleanly throughout. Were
 /// the field ignored, the member would be verified and serve on the TCP engine.
@@ -52,7 +52,7 @@ pub async fn an_hccl_group_without_the_hccl_runtime_is_refused_while_the_pools_s
         );
         let refused = members.iter().find_map(|p| {
             let (status, reason, message) = verified_condition(p)?;
-            (status == "False" && reason == PodReason::HcclUnavailable.as_str())
+            (status == "False" && reason == PodReason::HcclRuntimeUnavailable.as_str())
                 .then(|| (p.metadata.name.clone().unwrap_or_default(), message))
         });
         if let Some(found) = refused {
@@ -61,7 +61,7 @@ pub async fn an_hccl_group_without_the_hccl_runtime_is_refused_while_the_pools_s
         ensure!(
             t.elapsed() < POOL_WAIT,
             "no {HCCL_GROUP} member refused with {} within {POOL_WAIT:?}: {:?}",
-            PodReason::HcclUnavailable,
+            PodReason::HcclRuntimeUnavailable,
             members.iter().map(verified_condition).collect::<Vec<_>>()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -88,12 +88,12 @@ pub async fn an_hccl_group_without_the_hccl_runtime_is_refused_while_the_pools_s
                 && e.reason.as_deref() == Some(PodReason::VerificationFailed.as_str())
                 && e.message
                     .as_deref()
-                    .is_some_and(|m| m.starts_with(PodReason::HcclUnavailable.as_str()))
+                    .is_some_and(|m| m.starts_with(PodReason::HcclRuntimeUnavailable.as_str()))
         });
     ensure!(
         warned,
         "{pod}: no Warning Event with {}",
-        PodReason::HcclUnavailable
+        PodReason::HcclRuntimeUnavailable
     );
 
     bed.kubectl(&["delete", &format!("hcg/{HCCL_GROUP}")])?;
