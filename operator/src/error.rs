@@ -70,9 +70,6 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A command-line flag or environment variable is wrong.
-    #[error("configuration: {0}")]
-    Config(String),
 }
 
 /// The result type of this crate.
@@ -94,7 +91,6 @@ impl Error {
             Self::MissingField { .. } => "MissingField",
             Self::LeaseLost { .. } => "LeaseLost",
             Self::Server { .. } => "Server",
-            Self::Config(_) => "Config",
         }
     }
 

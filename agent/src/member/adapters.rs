@@ -161,6 +161,19 @@ impl Cluster for KubeCluster {
 pub struct NicVerifier(pub Arc<Context>);
 
 impl Verifier for NicVerifier {
+    fn backend_runtime(
+        &self,
+        backend: hcomm_crds::Backend,
+    ) -> BoxFuture<'_, std::result::Result<(), String>> {
+        async move {
+            let search = hcomm_comm::hccl::LibrarySearch::from_env();
+            tokio::task::spawn_blocking(move || super::runtime::check(backend, &search))
+                .await
+                .unwrap_or_else(|e| Err(format!("the runtime check did not finish: {e}")))
+        }
+        .boxed()
+    }
+
     fn verify<'a>(
         &'a self,
         spec: &'a MemberSpec,
@@ -248,6 +261,10 @@ impl CommDomain for EngineDomain {
             }
             let domain = self.domain.as_mut().expect("created above");
             domain.join(&spec.plan, spec.epoch).await?;
+            // A new epoch can bring members on hosts this agent has not verified against
+            // (replacements, scale-outs): its health probes must reach them too, or their
+            // links stay unprobed and the group's LinksHealthy never turns True.
+            self.ctx.add_peers(&spec.plan.peers);
             self.start_health();
             Ok(())
         }

@@ -135,9 +135,25 @@ pub struct FakeVerifier {
     /// When set, the scripted NIC verification runs beside the real NPU network check
     /// ([`with_npu_check`]) against this fake NPU network, as production does.
     pub npu: Option<FakeNpu>,
+    /// When set, `backend: hccl`'s runtime is missing with this message (tcp needs none).
+    pub hccl_missing: Arc<Mutex<Option<String>>>,
 }
 
 impl Verifier for FakeVerifier {
+    fn backend_runtime(
+        &self,
+        backend: hcomm_crds::Backend,
+    ) -> BoxFuture<'_, std::result::Result<(), String>> {
+        let missing = lock(&self.hccl_missing).clone();
+        async move {
+            match (backend, missing) {
+                (hcomm_crds::Backend::Hccl, Some(m)) => Err(m),
+                _ => Ok(()),
+            }
+        }
+        .boxed()
+    }
+
     fn verify<'a>(
         &'a self,
         spec: &'a MemberSpec,

@@ -1,7 +1,7 @@
 //! The member lifecycle on this node: the Pod watch ([`driver`]) runs a task per member
 //! ([`task`]) that drives the pure state machine ([`state`]) through the member's ports
 //! ([`ports`]; production [`adapters`], in-memory fakes for tests): verification
-//! ([`verify`]), weight sync (the [`weights::WeightsSyncer`] seam, implemented by
+//! ([`verify`], and [`runtime`]: the group backend's libraries load), weight sync (the [`weights::WeightsSyncer`] seam, implemented by
 //! [`weights_sync::EngineSyncer`]), joining the domain ([`domain`], from the rank table:
 //! [`ranktable`], [`group`]) and drain ([`stages`]), writing Pod conditions
 //! ([`conditions`]) and sync Warning Events ([`sync_warnings`]); a group watch wakes the
@@ -24,6 +24,7 @@ mod npu_task_tests;
 pub mod nudge;
 pub mod ports;
 pub mod ranktable;
+pub mod runtime;
 pub mod spec;
 pub mod stages;
 pub mod state;

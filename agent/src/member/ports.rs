@@ -5,7 +5,7 @@
 //! - [`Cluster`] — Kubernetes: the group's spec, the rank-table ConfigMap, the member's
 //!   Pod conditions and Events, and the peers' own conditions.
 //! - [`Verifier`] — checking the member against the rank table (data NIC, link probes,
-//!   devices, versions, shm).
+//!   devices, versions, shm) and that the group backend's runtime loads.
 //! - [`super::weights::WeightsSyncer`] — bringing the weights in place (already a seam).
 //! - [`CommDomain`] — joining and leaving the group's domain at an epoch.
 //! - [`Worker`] — the local API: the worker's assignment, notices, in-flight count and
@@ -21,6 +21,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use hcomm_crds::Backend;
 use hcomm_crds::contract::PodReason;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
@@ -51,6 +52,9 @@ pub trait Cluster: Send + Sync {
 
 /// Verification of the member against a rank table.
 pub trait Verifier: Send + Sync {
+    /// Whether the runtime of the group's backend can be loaded on this node (see
+    /// [`super::runtime`]); `Err` says what is missing.
+    fn backend_runtime(&self, backend: Backend) -> BoxFuture<'_, std::result::Result<(), String>>;
     fn verify<'a>(
         &'a self,
         spec: &'a MemberSpec,

@@ -39,6 +39,29 @@ enum JoinStop {
 
 impl Run {
     pub(super) async fn verify(&mut self) -> Event {
+        let timeout = DomainConfig::from_comm(&self.group.comm).timeouts.connect;
+        let deadline = verify_deadline(timeout);
+        // One deadline for the whole verification, the backend's runtime check included.
+        let until = tokio::time::Instant::now() + deadline;
+        // First, as it needs no rank table: a `backend: hccl` group on a node whose HCCL
+        // runtime cannot be loaded is refused here, whatever else would pass.
+        let runtime = self.ports.verifier.backend_runtime(self.group.comm.backend);
+        match tokio::time::timeout_at(until, runtime).await {
+            Err(_) => return self.verify_timed_out(deadline),
+            Ok(Err(message)) => {
+                self.metrics
+                    .verifications
+                    .with_label_values(&[PodReason::HcclRuntimeUnavailable])
+                    .inc();
+                tracing::warn!(backend = ?self.group.comm.backend, %message, "verification");
+                return Event::Verified {
+                    ok: false,
+                    reason: PodReason::HcclRuntimeUnavailable,
+                    message,
+                };
+            }
+            Ok(Ok(())) => {}
+        }
         let Some((table, _)) = self.table.clone() else {
             return Event::Verified {
                 ok: false,
@@ -53,25 +76,18 @@ impl Run {
             .clone()
             .or_else(|| self.spec.socket_ifname.clone())
             .or_else(|| self.cfg.socket_ifname.clone());
-        let timeout = DomainConfig::from_comm(&self.group.comm).timeouts.connect;
-        let deadline = verify_deadline(timeout);
-        if let Some(failed) = self.check_allocation(&table, deadline).await {
+        // The kubelet, the device plugin and the rank table must agree on the NPUs first,
+        // within what is left of the one deadline.
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        if let Some(failed) = self.check_allocation(&table, left).await {
             return failed;
         }
         let checked = self
             .ports
             .verifier
             .verify(&self.spec, ifname.as_deref(), timeout, &table);
-        let Ok(v) = tokio::time::timeout(deadline, checked).await else {
-            self.metrics
-                .verifications
-                .with_label_values(&[PodReason::VerificationTimedOut])
-                .inc();
-            return Event::Verified {
-                ok: false,
-                reason: PodReason::VerificationTimedOut,
-                message: format!("verification did not finish within {deadline:?}"),
-            };
+        let Ok(v) = tokio::time::timeout_at(until, checked).await else {
+            return self.verify_timed_out(deadline);
         };
         self.metrics
             .verifications
@@ -87,6 +103,18 @@ impl Run {
             ok: v.verdict.ok,
             reason: v.verdict.reason,
             message: v.verdict.message,
+        }
+    }
+
+    fn verify_timed_out(&self, deadline: Duration) -> Event {
+        self.metrics
+            .verifications
+            .with_label_values(&[PodReason::VerificationTimedOut])
+            .inc();
+        Event::Verified {
+            ok: false,
+            reason: PodReason::VerificationTimedOut,
+            message: format!("verification did not finish within {deadline:?}"),
         }
     }
 

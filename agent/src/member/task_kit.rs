@@ -84,6 +84,7 @@ impl Kit {
                 ip: "127.0.0.1".parse::<IpAddr>().unwrap(),
                 script: Default::default(),
                 npu: None,
+                hccl_missing: Default::default(),
             },
             weights: FakeWeights::default(),
             domain: FakeDomain::default(),

@@ -86,6 +86,59 @@ async fn a_failed_verification_writes_verified_false_and_is_retried_after_the_ba
     kit.until_ready().await;
 }
 
+/// The kit's group with `comm.backend` set.
+fn with_backend(kit: &Kit, backend: hcomm_crds::Backend) {
+    kit.cluster.with(|s| s.group.comm.backend = backend);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_hccl_group_on_a_node_without_the_hccl_runtime_is_not_verified_and_says_why() {
+    let kit = Kit::new();
+    with_backend(&kit, hcomm_crds::Backend::Hccl);
+    *kit.verifier.hccl_missing.lock().unwrap() =
+        Some("libascendcl.so could not be loaded (searched: /x/libascendcl.so)".into());
+    let _task = kit.start();
+    kit.until("verified=False (HcclRuntimeUnavailable)", |k| {
+        k.cluster.condition(POD_VERIFIED) == Some((false, PodReason::HcclRuntimeUnavailable))
+    })
+    .await;
+    let events = kit.cluster.with(|s| s.events.clone());
+    assert!(
+        events.iter().any(|(warning, reason, message)| *warning
+            && *reason == PodReason::VerificationFailed
+            && message.starts_with(PodReason::HcclRuntimeUnavailable.as_str())
+            && message.contains("/x/libascendcl.so")),
+        "{events:?}"
+    );
+    // Retried after each backoff, never verified while the runtime is missing.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert!(
+        !kit.cluster
+            .writes()
+            .iter()
+            .any(|(t, status, _)| *t == POD_VERIFIED && *status),
+        "verified without an HCCL runtime: {:?}",
+        kit.cluster.writes()
+    );
+    assert_eq!(*kit.weights.finished.lock().unwrap(), 0, "never syncs");
+    // The runtime is installed: the next retry verifies.
+    *kit.verifier.hccl_missing.lock().unwrap() = None;
+    kit.until_ready().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tcp_group_needs_no_hccl_runtime() {
+    let kit = Kit::new();
+    with_backend(&kit, hcomm_crds::Backend::Tcp);
+    *kit.verifier.hccl_missing.lock().unwrap() = Some("no CANN here".into());
+    let _task = kit.start();
+    kit.until_ready().await;
+    assert_eq!(
+        kit.cluster.condition(POD_VERIFIED),
+        Some((true, PodReason::Verified))
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_verification_that_never_answers_times_out_as_verified_false() {
     let kit = Kit::new();

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use hcomm_e2e::controlplane::ControlPlane;
 use hcomm_e2e::hosts::{HostProcess, SimHost, SimHosts};
-use hcomm_e2e::testbed::{ChartCluster, ChartClusterOptions, wait_nodes_published};
+use hcomm_e2e::testbed::{AgentArgs, ChartCluster, ChartClusterOptions, wait_nodes_published};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -285,39 +285,14 @@ impl AgentSpec {
 pub fn spawn_agent(h: &SimHost, kubeconfig: &Path, spec: &AgentSpec) -> Result<HostProcess> {
     let _ = std::fs::remove_file(&spec.socket);
     let mut cmd = h.command(env!("CARGO_BIN_EXE_hcomm-agent"));
-    cmd.args([
-        "run",
-        "--probe-secret-file",
-        &spec.secret_file.display().to_string(),
-        "--weights-dir",
-        &spec.weights_dir.display().to_string(),
-        "--weights-port",
-        "7512",
-        "--node-name",
-        h.name(),
-        "--data-address",
-        &h.data_ip().to_string(),
-        "--management-interface",
-        h.mgmt_interface(),
-        "--cpu-devices",
-        "2",
-        "--socket",
-        &spec.socket.display().to_string(),
-        "--metrics-addr",
-        "127.0.0.1:0",
-        "--poll-interval-ms",
-        "300",
-        "--retry-backoff-ms",
-        "500",
-        "--health-interval-secs",
-        "1",
-        "--shm-min-bytes",
-        "1",
-    ])
-    .args(&spec.extra_args)
-    .env("KUBECONFIG", kubeconfig)
-    .env("RUST_LOG", "info,kube_client=warn,hyper=warn")
-    .stdout(Stdio::null());
+    let args = AgentArgs {
+        extra: spec.extra_args.clone(),
+        ..AgentArgs::for_host(h, &spec.socket, &spec.weights_dir, &spec.secret_file)
+    };
+    cmd.args(args.to_args())
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "info,kube_client=warn,hyper=warn")
+        .stdout(Stdio::null());
     if let Some(log) = &spec.log {
         cmd.stderr(std::fs::File::create(log)?);
     } else if std::env::var_os("HCOMM_AGENT_TEST_LOGS").is_none() {

@@ -64,7 +64,7 @@ string_enum! {
         VerificationFailed => "VerificationFailed",
         /// The group's `comm.backend` is `hccl` and the HCCL runtime cannot be loaded on
         /// the node.
-        HcclUnavailable => "HcclUnavailable",
+        HcclRuntimeUnavailable => "HcclRuntimeUnavailable",
         /// The NPUs the kubelet allocated to the Pod, the device plugin's allocation
         /// annotation and the rank table's devices for the member disagree.
         AllocationMismatch => "AllocationMismatch",

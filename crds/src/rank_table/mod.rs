@@ -8,6 +8,7 @@
 
 mod config_map;
 mod num;
+mod server;
 pub mod v1;
 pub mod v12;
 mod validate;
@@ -16,6 +17,7 @@ mod view;
 pub use config_map::{
     KEY_EPOCH, KEY_MEMBERS, KEY_RANK_TABLE, MOUNT_DIR, RANK_TABLE_FILE, config_map_name,
 };
+pub use server::ServerOf;
 pub use validate::{ValidateError, ValidateOptions, validate};
 pub use view::{DeviceView, ServerView};
 

@@ -29,16 +29,7 @@ pub struct RankTable {
 }
 
 /// One server (node) of a v1.0 table.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Server {
-    /// The server's identity (an address or a name).
-    pub server_id: String,
-    /// The server's host address; optional in the format.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host_ip: Option<String>,
-    /// The server's ranks, in rank order.
-    pub device: Vec<Device>,
-}
+pub type Server = super::ServerOf<Device>;
 
 /// One rank of a v1.0 table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

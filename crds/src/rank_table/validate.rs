@@ -97,7 +97,14 @@ pub enum ValidateError {
     #[error("device_ip {device_ip} is used by more than one device")]
     DuplicateDeviceIp { device_ip: String },
     /// A multi-server table without device addresses (HCCL needs them to connect devices).
-    #[error("the rank table spans {servers} servers but has no device_ip; HCCL requires them")]
+    /// The operator takes them from the nodes' `HcommNode` inventories; the message says
+    /// so, and what works without them.
+    #[error(
+        "the rank table spans {servers} servers but has no device_ip: HCCL connects devices \
+         across servers by their device addresses, taken from each node's HcommNode \
+         (status devices[].ip), and the nodes of this group report none; keep a \
+         backend: hccl group on one node, or use backend: tcp"
+    )]
     DeviceIpsRequired { servers: usize },
     /// A server of `server_list` is in no super pod (v1.2).
     #[error("server {server_id} is in no super pod of super_pod_list")]

@@ -12,6 +12,7 @@
 //! Everything stops when the testbed drops (workers, operator, agents, control plane,
 //! hosts, in that order).
 
+pub mod agent_args;
 pub mod binaries;
 pub mod cluster;
 pub mod device_plugin;
@@ -31,6 +32,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use agent_args::AgentArgs;
 pub use cluster::{ChartCluster, ChartClusterOptions, wait_nodes_published, write_secret};
 pub use device_plugin::{DevicePlugin, PluginFault};
 pub use error::{Error, Result};
@@ -426,31 +428,17 @@ impl Testbed {
         let weights = self.weights_dir(i);
         std::fs::create_dir_all(&weights).map_err(Error::io("create weights dir"))?;
         let mut cmd = h.command(&binaries::find(binaries::AGENT)?.display().to_string());
-        cmd.arg("run")
-            .args(["--node-name", h.name()])
-            .args(["--data-address", &h.data_ip().to_string()])
-            .args(["--management-interface", h.mgmt_interface()])
-            .args(["--cpu-devices", &self.options.devices_per_host.to_string()])
-            .args(["--socket", &socket.display().to_string()])
-            .args(["--metrics-addr", &format!("{}:{METRICS_PORT}", h.mgmt_ip())])
-            .args(["--probe-port", &PROBE_PORT.to_string()])
-            .args(["--weights-port", &WEIGHTS_PORT.to_string()])
-            .args(["--comm-port-base", &COMM_PORT_BASE.to_string()])
-            .args(["--weights-dir", &weights.display().to_string()])
-            .args([
-                "--weights-gc-grace-secs",
-                &self.options.weights_gc_grace.as_secs_f64().to_string(),
-            ])
-            .args([
-                "--probe-secret-file",
-                &self.secret_file.display().to_string(),
-            ])
-            .args([
-                "--health-interval-secs",
-                &self.options.health_interval.as_secs_f64().to_string(),
-            ])
-            .args(["--poll-interval-ms", "300", "--retry-backoff-ms", "500"])
-            .args(["--shm-min-bytes", "1"])
+        let args = AgentArgs {
+            cpu_devices: self.options.devices_per_host,
+            metrics_addr: std::net::SocketAddr::from((h.mgmt_ip(), METRICS_PORT)),
+            weights_port: WEIGHTS_PORT,
+            health_interval: self.options.health_interval,
+            probe_port: Some(PROBE_PORT),
+            comm_port_base: Some(COMM_PORT_BASE),
+            weights_gc_grace: Some(self.options.weights_gc_grace),
+            ..AgentArgs::for_host(h, &socket, &weights, &self.secret_file)
+        };
+        cmd.args(args.to_args())
             .env("KUBECONFIG", &self.agent_kubeconfig)
             .env("RUST_LOG", log_filter())
             .env("HCOMM_POD_RESOURCES_SOCKET", self.pod_resources_socket(i))

@@ -239,14 +239,25 @@ pub async fn an_operator_killed_mid_scale_out_completes_it_after_restart(
 /// the restored host's two included) become Ready: its agent, whose API connections died
 /// with the cut, picks them up.
 ///
-/// Precondition: decode at 4 members, Ready (one host then serves decode only).
+/// Precondition: decode at [`CUT_OFF_DECODE`] members, Ready, on at least three hosts.
+/// The operator blames a silent host only on evidence from a third node (two decode hosts
+/// that each lose the other name nobody), and 6 of the 8 devices prefill leaves fill at
+/// least three hosts whatever the earlier scenarios left, with the 2 free devices the
+/// victim's replacements need.
 pub async fn a_cut_off_host_is_replaced_and_used_again_once_restored(
     pools: &mut ExamplePools,
 ) -> Result<()> {
-    let serving = pools.decode_at(4).await?;
+    let serving = pools.decode_at(CUT_OFF_DECODE).await?;
     let (bed, decode_load) = (&pools.bed, &pools.decode_load);
     let groups: Api<HcommGroup> = Api::namespaced(bed.client().await?, NS);
     let prefill_nodes: Vec<String> = pools.prefill.iter().map(|m| m.node.clone()).collect();
+    let mut decode_nodes: Vec<&str> = serving.iter().map(|m| m.node.as_str()).collect();
+    decode_nodes.sort_unstable();
+    decode_nodes.dedup();
+    ensure!(
+        decode_nodes.len() >= 3,
+        "decode at {CUT_OFF_DECODE} should span at least three hosts: {serving:?}"
+    );
     let victim_node = serving
         .iter()
         .map(|m| m.node.clone())
@@ -255,13 +266,17 @@ pub async fn a_cut_off_host_is_replaced_and_used_again_once_restored(
     let victim_host: usize = victim_node.trim_start_matches("host-").parse()?;
     let t = Instant::now();
     bed.hosts().cut_all(victim_host)?;
-    let replaced = bed.wait_pool_ready(NS, "decode", 4, POOL_WAIT).await;
+    let replaced = bed
+        .wait_pool_ready(NS, "decode", CUT_OFF_DECODE, POOL_WAIT)
+        .await;
     let replaced = match replaced {
         Ok(r) if r.iter().all(|m| m.node != victim_node) => r,
         _ => {
             let deadline = Instant::now() + POOL_WAIT;
             loop {
-                let m = bed.wait_pool_ready(NS, "decode", 4, POOL_WAIT).await?;
+                let m = bed
+                    .wait_pool_ready(NS, "decode", CUT_OFF_DECODE, POOL_WAIT)
+                    .await?;
                 if m.iter().all(|m| m.node != victim_node) {
                     break m;
                 }
@@ -343,6 +358,9 @@ pub async fn a_cut_off_host_is_replaced_and_used_again_once_restored(
         .await?;
     check::clean(&decode_load.latest(), "decode on the restored host")
 }
+
+/// Decode members while a host is cut off (see the scenario's precondition).
+const CUT_OFF_DECODE: usize = 6;
 
 /// The first host (in placement order) with a free device.
 fn first_free_host(

@@ -15,6 +15,7 @@
 //! `target/`: `cargo test --workspace` builds them all, but `cargo test -p hcomm-e2e`
 //! alone does not rebuild them — run `cargo build --workspace --bins` first.
 
+mod backend;
 mod check;
 mod faults;
 mod resources;
@@ -56,6 +57,7 @@ fn main() {
         scaling::drain_under_load,
         faults::a_weight_source_killed_mid_sync_is_replaced_by_the_other,
         faults::a_blackholed_data_nic_is_refused_and_the_next_host_used,
+        backend::an_hccl_group_without_the_hccl_runtime_is_refused_while_the_pools_serve,
         faults::an_operator_killed_mid_scale_out_completes_it_after_restart,
         resources::thirty_scale_cycles_leave_nothing_behind,
         rollout::a_new_weights_version_rolls_member_by_member_and_old_versions_go,
