@@ -10,7 +10,7 @@ use clap::{ArgAction, Args};
 
 use super::secret::SecretArgs;
 use crate::config::AgentConfig;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 fn defaults() -> AgentConfig {
     AgentConfig::new("")
@@ -100,6 +100,14 @@ pub struct RunArgs {
     #[arg(long, action = ArgAction::Set, value_name = "BOOL",
           default_value_t = defaults().weights_verify_on_serve)]
     pub weights_verify_on_serve: bool,
+    /// A directory local weight sources may lie below (repeatable; none: peers only).
+    #[arg(
+        long,
+        value_name = "D",
+        env = "HCOMM_WEIGHTS_SOURCE_ROOTS",
+        value_delimiter = ':'
+    )]
+    pub weights_source_root: Vec<PathBuf>,
     /// How long an unused weights version is kept, in seconds, or `off`.
     #[arg(long, value_name = "S|off", default_value = "600", value_parser = gc_grace)]
     pub weights_gc_grace_secs: GcGrace,
@@ -145,6 +153,8 @@ impl RunArgs {
         c.weights_port = self.weights_port;
         c.weights_verify_on_serve = self.weights_verify_on_serve;
         c.weights_gc_grace = self.weights_gc_grace_secs.0;
+        c.weights_source_roots = crate::weights::SourceRoots::new(self.weights_source_root)
+            .map_err(|e| Error::Config(format!("--weights-source-root: {e}")))?;
         c.verify_timeout_cap = self.verify_timeout_secs.map(|s| secs(s, 0.0));
         if let Some(d) = self.ascend_root {
             c.sources.ascend_root = d;

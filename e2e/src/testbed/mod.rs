@@ -358,6 +358,11 @@ impl Testbed {
             .args(["--weights-port", &WEIGHTS_PORT.to_string()])
             .args(["--comm-port-base", &COMM_PORT_BASE.to_string()])
             .args(["--weights-dir", &weights.display().to_string()])
+            // The tests' declared weight sources all lie below `<bed>/models`.
+            .args([
+                "--weights-source-root",
+                &self.dir.join("models").display().to_string(),
+            ])
             .args([
                 "--weights-gc-grace-secs",
                 &self.options.weights_gc_grace.as_secs_f64().to_string(),
