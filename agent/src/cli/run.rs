@@ -212,6 +212,24 @@ mod tests {
     }
 
     #[test]
+    fn weight_source_roots_are_none_by_default_and_must_be_absolute_without_dotdot() {
+        let base = "--node-name n --insecure-default-secret";
+        assert!(run(base).unwrap().weights_source_roots.roots().is_empty());
+        let c = run(&format!(
+            "{base} --weights-source-root /data/models/ --weights-source-root /srv/w"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.weights_source_roots.roots(),
+            [PathBuf::from("/data/models"), PathBuf::from("/srv/w")]
+        );
+        for bad in ["models", "/data/../etc"] {
+            let e = run(&format!("{base} --weights-source-root {bad}")).unwrap_err();
+            assert!(e.to_string().contains("--weights-source-root"), "{e}");
+        }
+    }
+
+    #[test]
     fn without_flags_the_config_has_its_documented_defaults() {
         let c = run("--node-name n --insecure-default-secret").unwrap();
         let d = AgentConfig::new("n");

@@ -6,9 +6,9 @@
 //! (refusal, I/O error, digest mismatch, a panic: [`Cleanup`] runs on drop) and, for an
 //! agent killed mid-import, by [`WeightStore::open`]. Files are created `0o600` while
 //! copied (no worker can run or read a half-copied file) and get their installed mode
-//! ([`super::set::installed_mode`]: setuid/setgid/sticky and write bits gone) when the
-//! set is finalized; the manifest still records the source's mode, so the digest is the
-//! one `hcomm-agent weights manifest` printed for the source.
+//! ([`super::set::installed_mode`]: setuid/setgid/sticky and group/other write bits
+//! gone) when the set is finalized; the manifest records the source's mode, so the
+//! digest is the one `hcomm-agent weights manifest` printed for the source.
 
 use std::collections::HashMap;
 use std::fs::{self, OpenOptions};

@@ -92,7 +92,12 @@ fn setuid_setgid_sticky_and_write_bits_are_stripped_but_the_digest_is_the_source
     let tmp = temp("setuid");
     let src = tmp.join("src");
     fs::create_dir_all(&src).unwrap();
-    for (name, mode) in [("run.sh", 0o4755), ("g.bin", 0o2664), ("s.bin", 0o1600)] {
+    for (name, mode) in [
+        ("run.sh", 0o4755),
+        ("g.bin", 0o2664),
+        ("s.bin", 0o1600),
+        ("w.bin", 0o666),
+    ] {
         fs::write(src.join(name), name.as_bytes()).unwrap();
         fs::set_permissions(src.join(name), fs::Permissions::from_mode(mode)).unwrap();
     }
@@ -101,8 +106,8 @@ fn setuid_setgid_sticky_and_write_bits_are_stripped_but_the_digest_is_the_source
     let version = store.install_dir(&src, &d, MIN_CHUNK_SIZE).unwrap();
     let mode = |n: &str| fs::metadata(version.join(n)).unwrap().permissions().mode() & 0o7777;
     assert_eq!(
-        (mode("run.sh"), mode("g.bin"), mode("s.bin")),
-        (0o555, 0o444, 0o444)
+        (mode("run.sh"), mode("g.bin"), mode("s.bin"), mode("w.bin")),
+        (0o755, 0o644, 0o600, 0o644)
     );
     let _ = fs::remove_dir_all(&tmp);
 }
@@ -145,7 +150,6 @@ fn a_version_holding_a_symlink_is_removed_at_open_and_never_served() {
         let store = WeightStore::open(&root).unwrap();
         store.install_dir(&src, &d, MIN_CHUNK_SIZE).unwrap()
     };
-    fs::set_permissions(version.join("sub"), fs::Permissions::from_mode(0o755)).unwrap();
     fs::remove_file(version.join("sub/config.json")).unwrap();
     symlink("/etc/hostname", version.join("sub/config.json")).unwrap();
     let store = WeightStore::open(&root).unwrap();
@@ -188,7 +192,6 @@ fn a_forgotten_chunk_makes_the_set_incomplete_until_it_is_written_again() {
     store.activate(&d, &g).unwrap();
     // The disk corrupts chunk 0 of w.bin; the chunk server finds it and forgets it.
     let w = version.join("w.bin");
-    fs::set_permissions(&w, fs::Permissions::from_mode(0o644)).unwrap();
     std::os::unix::fs::FileExt::write_all_at(
         &fs::OpenOptions::new().write(true).open(&w).unwrap(),
         &[9u8; 4096],
@@ -215,7 +218,11 @@ fn a_forgotten_chunk_makes_the_set_incomplete_until_it_is_written_again() {
     assert_eq!(fs::read(&w).unwrap(), vec![3u8; 10_000]);
     assert_eq!(
         fs::metadata(&w).unwrap().permissions().mode() & 0o7777,
-        0o444
+        0o644
+    );
+    assert_eq!(
+        Manifest::build(&version, MIN_CHUNK_SIZE).unwrap().digest(),
+        d
     );
     assert_eq!(store.current_of(&g).unwrap(), Some(d));
     let _ = fs::remove_dir_all(&tmp);
