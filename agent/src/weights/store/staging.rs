@@ -89,7 +89,9 @@ impl WeightStore {
                 // files are reopened for writing and the missing chunks fetched into them.
                 for entry in &set.manifest.files {
                     let path = st.dir.join(&entry.path);
-                    fs::set_permissions(&path, fs::Permissions::from_mode(0o600))
+                    // Owner write added, read bits kept: workers may be reading it.
+                    let mode = installed_mode(entry.mode) | 0o200;
+                    fs::set_permissions(&path, fs::Permissions::from_mode(mode))
                         .map_err(io_at("chmod", &path))?;
                 }
                 st.files = open_staging_files(&st.dir, &set.manifest)?;
