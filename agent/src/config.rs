@@ -68,6 +68,10 @@ pub struct AgentConfig {
     /// member on this node, are kept before they are removed (`--weights-gc-grace-secs`,
     /// default 600; `off` keeps everything). See `weights::gc`.
     pub weights_gc_grace: Option<Duration>,
+    /// Where a group's declared local weights source may lie (`--weights-source-root`,
+    /// repeatable); empty (the default): local sources are refused, weights come from
+    /// peers only. See `weights::source`.
+    pub weights_source_roots: crate::weights::SourceRoots,
     /// Caps the group's connect timeout for verification probes.
     pub verify_timeout_cap: Option<Duration>,
     /// The kubelet's PodResources socket (`--pod-resources-socket`): which NPUs each
@@ -112,6 +116,7 @@ impl AgentConfig {
             weights_port: 7512,
             weights_verify_on_serve: true,
             weights_gc_grace: Some(Duration::from_secs(600)),
+            weights_source_roots: crate::weights::SourceRoots::default(),
             verify_timeout_cap: None,
             pod_resources_socket: hcomm_crds::contract::ascend::POD_RESOURCES_SOCKET.into(),
         }

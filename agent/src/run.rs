@@ -76,7 +76,9 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         );
     }
     let weights_secret = GroupSecret::new(cfg.probe_secret.as_slice().to_vec());
-    let syncer = EngineSyncer::new(store.clone(), cfg.weights_port, weights_secret.clone());
+    let mut syncer = EngineSyncer::new(store.clone(), cfg.weights_port, weights_secret.clone());
+    syncer.source_roots = cfg.weights_source_roots.clone();
+    tracing::info!(roots = ?syncer.source_roots.roots(), "local weight sources allowed below (none: peers only)");
     let ctx = Arc::new(Context::new(cfg, client, Arc::new(syncer)));
     // The first inventory must exist before members are verified against it.
     let mut first = refresh_inventory(&ctx).await;

@@ -52,11 +52,21 @@ impl Agents {
     }
 }
 
+/// The weights step's declared source directory.
+fn weights_src() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("hcomm-it-weights-src-{}", std::process::id()))
+}
+
 fn start_agents(hosts: &SimHosts, cluster: &Cluster, secret: &std::path::Path) -> Result<Agents> {
     let mut procs = Vec::new();
     let mut specs = Vec::new();
     for h in hosts.hosts() {
-        let spec = AgentSpec::new("cluster", h, secret);
+        let mut spec = AgentSpec::new("cluster", h, secret);
+        // The weights step's declared source is the only local source allowed.
+        spec.extra_args = vec![
+            "--weights-source-root".into(),
+            weights_src().display().to_string(),
+        ];
         let _ = std::fs::remove_dir_all(&spec.weights_dir);
         procs.push(spawn_agent(h, &cluster.agent_kubeconfig, &spec)?);
         specs.push(spec);
@@ -236,7 +246,7 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
 
     // 4. Weights: the first member imports the declared source (digest-checked), a later
     //    member fetches the set from it over the data network, a wrong digest is refused.
-    let src = std::env::temp_dir().join(format!("hcomm-it-weights-src-{}", std::process::id()));
+    let src = weights_src();
     make_weights(&src)?;
     let digest =
         hcomm_agent::weights::manifest_digest(&src, hcomm_agent::weights::DEFAULT_CHUNK_SIZE)?;

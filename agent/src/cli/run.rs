@@ -10,7 +10,7 @@ use clap::{ArgAction, Args};
 
 use super::secret::SecretArgs;
 use crate::config::AgentConfig;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 fn defaults() -> AgentConfig {
     AgentConfig::new("")
@@ -100,6 +100,14 @@ pub struct RunArgs {
     #[arg(long, action = ArgAction::Set, value_name = "BOOL",
           default_value_t = defaults().weights_verify_on_serve)]
     pub weights_verify_on_serve: bool,
+    /// A directory local weight sources may lie below (repeatable; none: peers only).
+    #[arg(
+        long,
+        value_name = "D",
+        env = "HCOMM_WEIGHTS_SOURCE_ROOTS",
+        value_delimiter = ':'
+    )]
+    pub weights_source_root: Vec<PathBuf>,
     /// How long an unused weights version is kept, in seconds, or `off`.
     #[arg(long, value_name = "S|off", default_value = "600", value_parser = gc_grace)]
     pub weights_gc_grace_secs: GcGrace,
@@ -157,6 +165,8 @@ impl RunArgs {
         c.weights_port = self.weights_port;
         c.weights_verify_on_serve = self.weights_verify_on_serve;
         c.weights_gc_grace = self.weights_gc_grace_secs.0;
+        c.weights_source_roots = crate::weights::SourceRoots::new(self.weights_source_root)
+            .map_err(|e| Error::Config(format!("--weights-source-root: {e}")))?;
         c.verify_timeout_cap = self.verify_timeout_secs.map(|s| secs(s, 0.0));
         c.pod_resources_socket = self.pod_resources_socket;
         if let Some(d) = self.ascend_root {
@@ -214,6 +224,24 @@ mod tests {
         );
         let c = run("--node-name n1 --weights-root /old --insecure-default-secret").unwrap();
         assert_eq!(c.weights_root, PathBuf::from("/old"));
+    }
+
+    #[test]
+    fn weight_source_roots_are_none_by_default_and_must_be_absolute_without_dotdot() {
+        let base = "--node-name n --insecure-default-secret";
+        assert!(run(base).unwrap().weights_source_roots.roots().is_empty());
+        let c = run(&format!(
+            "{base} --weights-source-root /data/models/ --weights-source-root /srv/w"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.weights_source_roots.roots(),
+            [PathBuf::from("/data/models"), PathBuf::from("/srv/w")]
+        );
+        for bad in ["models", "/data/../etc"] {
+            let e = run(&format!("{base} --weights-source-root {bad}")).unwrap_err();
+            assert!(e.to_string().contains("--weights-source-root"), "{e}");
+        }
     }
 
     #[test]

@@ -7,8 +7,12 @@
 //! peers in the rank table        → fetch from <peer data ip>:<--weights-port>, striped,
 //!                                  every chunk verified; if NO peer serves the manifest
 //!                                  (the group's first members) ↓
-//! declared source (local dir)    → WeightStore::import_dir: copied, manifest of the copy
-//!                                  must hash to spec.weights.digest (else DigestMismatch)
+//! declared source (local dir)    → only below the agent's --weights-source-root(s)
+//!                                  (else WeightsSourceRefused, nothing read; see
+//!                                  `crate::weights::source`), then
+//!                                  WeightStore::install_source: copied, manifest of the
+//!                                  copy must hash to spec.weights.digest (else
+//!                                  DigestMismatch; the partial copy is removed)
 //! ```
 //! Either way the set lands atomically under the node store's `versions/<hex>` (shared by
 //! every group with that digest) and the group's own link,
@@ -30,7 +34,7 @@ use super::sync_warnings::SyncWarnings;
 use super::weights::{SyncFailure, SyncFuture, WeightsOutcome, WeightsRequest, WeightsSyncer};
 use crate::weights::{
     CurrentLink, DEFAULT_CHUNK_SIZE, Digest, FetchRequest, GroupSecret, Manifest, Progress,
-    SyncEvent, Timeouts, WeightStore, WeightsError, fetch,
+    SourceRoots, SyncEvent, Timeouts, WeightStore, WeightsError, fetch,
 };
 
 /// The chunk-server addresses of the peers that may hold the set: each peer's data
@@ -75,6 +79,7 @@ pub fn reason_of(e: &WeightsError) -> PodReason {
         | WeightsError::Auth { .. }
         | WeightsError::Protocol { .. } => PodReason::PeerFetchFailed,
         WeightsError::Io { .. } | WeightsError::Invalid(_) => PodReason::SyncFailed,
+        WeightsError::SourceRefused(_) => PodReason::WeightsSourceRefused,
     }
 }
 
@@ -118,6 +123,9 @@ pub struct EngineSyncer {
     /// Chunk size the digest was computed with (`spec.weights.digest`).
     pub chunk_size: u64,
     pub timeouts: Timeouts,
+    /// Where declared local sources may lie (`--weights-source-root`); empty: none may,
+    /// the weights come from peers only.
+    pub source_roots: SourceRoots,
     /// One sync per set at a time on this node (two members of a group on one node).
     locks: Mutex<HashMap<Digest, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -134,6 +142,7 @@ impl EngineSyncer {
                 connect: Duration::from_secs(3),
                 ..Timeouts::default()
             },
+            source_roots: SourceRoots::default(),
             locks: Mutex::new(HashMap::new()),
         }
     }
@@ -168,15 +177,10 @@ impl EngineSyncer {
         started: Instant,
     ) -> Result<WeightsOutcome, SyncFailure> {
         let (store, chunk, l) = (self.store.clone(), self.chunk_size, link.clone());
-        let d = dir.clone();
+        let (d, roots) = (dir.clone(), self.source_roots.clone());
         let r = tokio::task::spawn_blocking(move || {
-            if !d.is_dir() {
-                return Err(WeightsError::Invalid(format!(
-                    "the declared source {} is not a directory on this node",
-                    d.display()
-                )));
-            }
-            store.install_dir(&d, &digest, chunk)?;
+            let source = roots.open(&d)?;
+            store.install_source(&source, &digest, chunk)?;
             store.activate(&digest, &l)
         })
         .await
@@ -204,6 +208,10 @@ impl EngineSyncer {
                         expected, actual, ..
                     } => format!(
                         "the weights in source {} hash to {actual}, but spec.weights.digest is {expected} (wrong digest, or the source changed); nothing was installed",
+                        dir.display()
+                    ),
+                    WeightsError::SourceRefused(r) => format!(
+                        "the declared source {} is refused: {r}; nothing was read or installed",
                         dir.display()
                     ),
                     _ => format!("importing weights from {} failed: {e}", dir.display()),

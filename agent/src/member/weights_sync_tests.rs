@@ -85,6 +85,13 @@ fn errors_map_to_fixed_reasons() {
         reason_of(&WeightsError::Invalid("x".into())),
         PodReason::SyncFailed
     );
+    let refused = crate::weights::SourceRoots::default()
+        .open(Path::new("/etc"))
+        .unwrap_err();
+    assert_eq!(
+        reason_of(&WeightsError::SourceRefused(refused)),
+        PodReason::WeightsSourceRefused
+    );
 }
 
 fn pattern() -> Vec<u8> {
@@ -128,6 +135,7 @@ async fn the_first_member_imports_a_verified_set_and_a_wrong_digest_is_refused()
     let store = WeightStore::open(tmp.join("store")).unwrap();
     let mut s = EngineSyncer::new(store, 1, GroupSecret::new(b"s".to_vec()));
     s.chunk_size = 64 << 10;
+    s.source_roots = SourceRoots::new([tmp.clone()]).unwrap();
     assert_eq!(s.sync(&req(None, vec![])).await.unwrap().path, None);
 
     let spec = |d: String| {
@@ -211,6 +219,7 @@ async fn a_later_member_fetches_from_a_peer_and_without_holders_falls_back_to_th
     ));
     let mut s0 = EngineSyncer::new(store0, port, secret.clone());
     s0.chunk_size = 64 << 10;
+    s0.source_roots = SourceRoots::new([tmp.clone()]).unwrap();
     let mut r0 = req(spec.clone(), peers(&[("n1", "127.0.0.2")]));
     r0.node = "n0".into();
     // Its peer (n1) serves nothing: the first member imports from the source.
@@ -241,5 +250,69 @@ async fn a_later_member_fetches_from_a_peer_and_without_holders_falls_back_to_th
     assert_eq!(std::fs::read(link1.join("a.bin")).unwrap(), pattern());
     let _ = stop.send(());
     server.await.unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[tokio::test]
+async fn a_source_outside_the_roots_or_through_a_symlink_is_refused_and_nothing_is_staged() {
+    let tmp = crate::weights::test_dirs::fresh("weights-sync", "refused");
+    let (allowed, src) = (tmp.join("allowed"), tmp.join("allowed/m"));
+    write_set(&src);
+    std::os::unix::fs::symlink("/etc", allowed.join("escape")).unwrap();
+    let digest = crate::weights::manifest_digest(&src, 64 << 10).unwrap();
+    let spec = |source: &str| {
+        Some(hcomm_crds::WeightsSpec {
+            source: source.into(),
+            version: "v1".into(),
+            digest: digest.to_string(),
+        })
+    };
+    let store = WeightStore::open(tmp.join("store")).unwrap();
+    let mut s = EngineSyncer::new(store, 1, GroupSecret::new(b"s".to_vec()));
+    s.chunk_size = 64 << 10;
+    // No root configured (the chart's default): even the right set is refused.
+    let e = s
+        .sync(&req(spec(&src.display().to_string()), vec![]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason, PodReason::WeightsSourceRefused);
+    assert!(e.message.contains("--weights-source-root"), "{}", e.message);
+    s.source_roots = SourceRoots::new([allowed.clone()]).unwrap();
+    for (source, why) in [
+        ("/etc".to_string(), "outside the allowed source roots"),
+        (
+            "/var/run/secrets/kubernetes.io/serviceaccount".into(),
+            "outside",
+        ),
+        (format!("{}/../../etc", src.display()), "`..`"),
+        (format!("{}/escape", allowed.display()), "symlink"),
+        (
+            format!("file://{}/escape/ssl", allowed.display()),
+            "symlink",
+        ),
+    ] {
+        let e = s.sync(&req(spec(&source), vec![])).await.unwrap_err();
+        assert_eq!(
+            e.reason,
+            PodReason::WeightsSourceRefused,
+            "{source}: {}",
+            e.message
+        );
+        assert!(e.message.contains(why), "{source}: {}", e.message);
+    }
+    let staged = std::fs::read_dir(s.store().root().join("staging"))
+        .unwrap()
+        .count();
+    assert_eq!(staged, 0, "nothing was staged");
+    // Below the root, the same set is imported.
+    let ok = s
+        .sync(&req(spec(&src.display().to_string()), vec![]))
+        .await
+        .unwrap();
+    assert!(
+        ok.message.contains("imported from source"),
+        "{}",
+        ok.message
+    );
     let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use super::digest::{Digest, DigestError};
+use super::source::SourceRefused;
 
 /// What a digest check was about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,6 +102,10 @@ pub enum WeightsError {
     /// non-UTF-8 path, unsafe path, chunk size out of range).
     #[error("invalid weights input: {0}")]
     Invalid(String),
+    /// A local source the agent may not read (outside the allowed roots, `..`, symlink,
+    /// special file); nothing of it was read.
+    #[error(transparent)]
+    SourceRefused(#[from] SourceRefused),
 }
 
 impl WeightsError {
@@ -114,6 +119,7 @@ impl WeightsError {
             WeightsError::Io { .. } => "io",
             WeightsError::Protocol { .. } => "protocol",
             WeightsError::Invalid(_) => "invalid",
+            WeightsError::SourceRefused(_) => "source_refused",
         }
     }
 

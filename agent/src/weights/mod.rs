@@ -66,6 +66,7 @@ pub mod protocol;
 mod request;
 pub mod schedule;
 pub mod server;
+pub mod source;
 pub mod store;
 #[cfg(test)]
 pub(crate) mod test_dirs;
@@ -83,6 +84,7 @@ pub use link::{CURRENT_LINK, CurrentLink};
 pub use manifest::{ChunkTable, DEFAULT_CHUNK_SIZE, FileEntry, Manifest};
 pub use progress::{Progress, ProgressSnapshot, SourceStats, SyncEvent};
 pub use server::{ChunkServer, ServerConfig, ServerStats};
+pub use source::{Refusal, SourceDir, SourceRefused, SourceRoots};
 pub use store::WeightStore;
 
 /// `hcomm-agent weights manifest <dir> [--chunk-size N]`: the digest to put in

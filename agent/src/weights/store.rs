@@ -20,6 +20,14 @@
 //! after every file is fsync'd, and only then does a link move — so the worker sees
 //! either the old set or the complete new one, never a partial or unverified one.
 //!
+//! What is in the store is plain: directories and regular files, read-only, without
+//! setuid/setgid/sticky bits (see `set::installed_mode`), never a symlink but the links
+//! above. A version found holding anything else at open (or when a fetch would reuse it)
+//! is removed, never served or activated; chunks are read back with `O_NOFOLLOW`.
+//! Staging holds only resumable fetches (`staging/<hex>`, whose manifest is on disk and
+//! whose chunks were each verified before they were written); an import's staging and
+//! anything else found there at open are leftovers of a crash and are removed.
+//!
 //! The same store answers the chunk server: a verified chunk (of a complete set, or of one
 //! still being fetched — that is what lets joiners serve each other) is located by digest
 //! and re-read from disk for every request.
@@ -33,18 +41,21 @@ use std::sync::{Arc, Mutex};
 
 use super::bitset::ChunkBits;
 use super::digest::Digest;
-use super::error::{Result, Subject, WeightsError, io_at};
+use super::error::{Result, WeightsError, io_at};
 use super::link::{CURRENT_LINK, CurrentLink, GROUPS_DIR};
-use super::manifest::{ChunkTable, Manifest};
+use super::source::SourceDir;
 
 mod disk;
+mod import;
+#[cfg(test)]
+mod safety_tests;
 mod set;
 mod staging;
 #[cfg(test)]
 mod tests;
 
 pub use disk::read_chunk;
-use disk::{copy_tree, open_staging_files, sync_dir};
+use disk::{plain_tree, sync_dir};
 pub(crate) use set::WeightSet;
 
 /// Prefix of a version directory being removed (renamed into `staging/`).
@@ -91,14 +102,7 @@ impl WeightStore {
                 links: Mutex::new(()),
             }),
         };
-        // Removals interrupted by a crash (see `remove_unused`).
-        let staging = store.inner.root.join("staging");
-        for entry in fs::read_dir(&staging).map_err(io_at("read directory", &staging))? {
-            let entry = entry.map_err(io_at("read directory", &staging))?;
-            if entry.file_name().to_string_lossy().starts_with(REMOVING) {
-                let _ = fs::remove_dir_all(entry.path());
-            }
-        }
+        store.clean_staging()?;
         let versions = store.inner.root.join("versions");
         for entry in fs::read_dir(&versions).map_err(io_at("read directory", &versions))? {
             let entry = entry.map_err(io_at("read directory", &versions))?;
@@ -109,6 +113,16 @@ impl WeightStore {
             else {
                 continue;
             };
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            if let Err(why) = if is_dir {
+                plain_tree(&entry.path())
+            } else {
+                Err("not a directory".into())
+            } {
+                tracing::warn!(set = %digest, %why, "version holding a symlink or special file; removed, never served");
+                store.discard_version(&digest)?;
+                continue;
+            }
             match store.read_manifest(&digest) {
                 Ok(Some((m, bytes))) => {
                     store.register(digest, m, bytes, true, entry.path(), Vec::new());
@@ -119,6 +133,61 @@ impl WeightStore {
             }
         }
         Ok(store)
+    }
+
+    /// Removes what a crash left in `staging/`: interrupted removals (see
+    /// `remove_unused`) and imports, and anything but a resumable fetch (a directory
+    /// named by a digest whose verified manifest is on disk).
+    fn clean_staging(&self) -> Result<()> {
+        let staging = self.inner.root.join("staging");
+        for entry in fs::read_dir(&staging).map_err(io_at("read directory", &staging))? {
+            let entry = entry.map_err(io_at("read directory", &staging))?;
+            let resumable = entry.file_type().is_ok_and(|t| t.is_dir())
+                && entry
+                    .file_name()
+                    .to_str()
+                    .and_then(|n| Digest::from_hex(n).ok())
+                    .is_some_and(|d| matches!(self.read_manifest(&d), Ok(Some(_))))
+                && plain_tree(&entry.path()).is_ok();
+            if resumable {
+                continue;
+            }
+            let path = entry.path();
+            tracing::info!(path = %path.display(), "removing a leftover staging entry");
+            let removed = if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            };
+            removed.map_err(io_at("remove", &path))?;
+        }
+        Ok(())
+    }
+
+    /// Removes `versions/<hex>` if it is there (a damaged or unsafe copy about to be
+    /// replaced): renamed out of `versions/` first (atomic), then deleted; the set is
+    /// forgotten. A link onto it dangles until the replacement lands. Blocking.
+    pub(super) fn discard_version(&self, digest: &Digest) -> Result<()> {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let version = self.version_dir(digest);
+        if fs::symlink_metadata(&version).is_err() {
+            return Ok(());
+        }
+        self.inner.sets.lock().expect("store lock").remove(digest);
+        let doomed = self.inner.root.join("staging").join(format!(
+            "{REMOVING}{}-{}-d{}",
+            digest.hex(),
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::rename(&version, &doomed).map_err(io_at("rename", &version))?;
+        sync_dir(&self.inner.root.join("versions"))?;
+        let removed = if fs::symlink_metadata(&doomed).is_ok_and(|m| m.is_dir()) {
+            fs::remove_dir_all(&doomed)
+        } else {
+            fs::remove_file(&doomed)
+        };
+        removed.map_err(io_at("remove", &doomed))
     }
 
     /// The store's root directory.
@@ -214,10 +283,13 @@ impl WeightStore {
     }
 
     /// Withdraws a chunk that no longer reads back right (disk corruption): it is no
-    /// longer served, and the set is no longer offered as complete.
+    /// longer served, and the set is no longer complete, so the next sync fetches it
+    /// again (repairing the version in place, see `begin`) instead of activating it.
     pub fn forget_chunk(&self, set: &Digest, index: usize) {
         if let Some(s) = self.set(set) {
-            s.state.lock().expect("set lock").verified.clear(index);
+            let mut st = s.state.lock().expect("set lock");
+            st.verified.clear(index);
+            st.complete = false;
         }
     }
 
@@ -340,10 +412,9 @@ impl WeightStore {
         self.activate(expected, &CurrentLink::node())
     }
 
-    /// Installs the first members' copy: copies the source directory into staging,
-    /// builds the manifest of the COPY (what we hold is what we checked), refuses it if
-    /// its digest is not `expected`, then renames it to `versions/<hex>` (returned). No link
-    /// moves. Blocking.
+    /// Installs the first members' copy from a directory the caller vouches for (its own
+    /// path is followed; inside it, symlinks and special files are refused), as
+    /// [`WeightStore::install_source`] does. Blocking.
     pub fn install_dir(
         &self,
         source: &Path,
@@ -353,27 +424,7 @@ impl WeightStore {
         if self.is_complete(expected) {
             return Ok(self.version_dir(expected));
         }
-        let staging = self.staging_dir(expected);
-        let _ = fs::remove_dir_all(&staging);
-        copy_tree(source, &staging)?;
-        let manifest = Manifest::build(&staging, chunk_size)?;
-        let actual = manifest.digest();
-        if actual != *expected {
-            let _ = fs::remove_dir_all(&staging);
-            return Err(WeightsError::DigestMismatch {
-                subject: Subject::Manifest,
-                peer: None,
-                expected: *expected,
-                actual,
-            });
-        }
-        let bytes = manifest.canonical_bytes();
-        self.write_manifest(expected, &bytes)?;
-        let files = open_staging_files(&staging, &manifest)?;
-        let n = ChunkTable::new(&manifest).len();
-        let set = self.register(*expected, manifest, bytes, false, staging, files);
-        set.state.lock().expect("set lock").verified = ChunkBits::full(n);
-        self.finalize(&set)
+        self.install_source(&SourceDir::trusted(source)?, expected, chunk_size)
     }
 
     /// A snapshot of the known sets (the store lock is not held while they are looked at).

@@ -87,6 +87,10 @@ string_enum! {
         CorruptWeightsChunk => "CorruptWeightsChunk",
         /// A peer serving the weights went away mid-transfer (Event).
         WeightsSourceLost => "WeightsSourceLost",
+        /// The declared local weights source is not allowed on this node: outside the
+        /// agent's `--weights-source-root`s (none = peers only), or a `..`, a symlink, a
+        /// device, FIFO or socket on the way or inside; nothing of it was read.
+        WeightsSourceRefused => "WeightsSourceRefused",
         /// The member joined the domain.
         Joined => "Joined",
         /// The member could not join the domain.

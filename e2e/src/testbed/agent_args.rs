@@ -30,6 +30,8 @@ pub struct AgentArgs {
     pub comm_port_base: Option<u16>,
     /// `--weights-gc-grace-secs`; the agent's default when None.
     pub weights_gc_grace: Option<Duration>,
+    /// `--weights-source-root`, once each: where local weight sources may be read.
+    pub weights_source_roots: Vec<PathBuf>,
     /// Appended as given (a test's own flags).
     pub extra: Vec<String>,
 }
@@ -53,6 +55,7 @@ impl AgentArgs {
             probe_port: None,
             comm_port_base: None,
             weights_gc_grace: None,
+            weights_source_roots: Vec::new(),
             extra: Vec::new(),
         }
     }
@@ -90,6 +93,9 @@ impl AgentArgs {
         if let Some(g) = self.weights_gc_grace {
             flag("weights-gc-grace-secs", g.as_secs_f64().to_string());
         }
+        for root in &self.weights_source_roots {
+            flag("weights-source-root", root.display().to_string());
+        }
         flag("poll-interval-ms", "300".into());
         flag("retry-backoff-ms", "500".into());
         flag("shm-min-bytes", "1".into());
@@ -117,6 +123,7 @@ mod tests {
             probe_port: None,
             comm_port_base: None,
             weights_gc_grace: None,
+            weights_source_roots: Vec::new(),
             extra: vec!["--weights-verify-on-serve".into(), "false".into()],
         }
     }

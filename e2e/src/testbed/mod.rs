@@ -436,12 +436,18 @@ impl Testbed {
             probe_port: Some(PROBE_PORT),
             comm_port_base: Some(COMM_PORT_BASE),
             weights_gc_grace: Some(self.options.weights_gc_grace),
+            // The tests' declared weight sources all lie below `<bed>/models`.
+            weights_source_roots: vec![self.dir.join("models")],
             ..AgentArgs::for_host(h, &socket, &weights, &self.secret_file)
         };
         cmd.args(args.to_args())
             .env("KUBECONFIG", &self.agent_kubeconfig)
             .env("RUST_LOG", log_filter())
             .env("HCOMM_POD_RESOURCES_SOCKET", self.pod_resources_socket(i))
+            // The host's hccn.conf and hccn_tool simulator (absent on loopback hosts,
+            // whose NPUs have no addresses, so no NPU network check runs there).
+            .env("HCOMM_HCCN_TOOL", self.ascend_root(i).hccn_tool())
+            .env("HCOMM_HCCN_CONF", self.ascend_root(i).hccn_conf())
             .env("HOME", &root)
             .stdin(Stdio::null());
         let log = self.log_file(h.name())?;

@@ -1,18 +1,29 @@
 //! Disk helpers of the store: reading a located chunk back, opening staging files,
-//! copying trees, and the fsyncs that make a rename durable.
+//! checking a tree holds only plain files, and the fsyncs that make a rename durable.
 
 use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
 use super::ChunkLocation;
-use crate::weights::error::{Result, WeightsError, io_at};
+use crate::weights::error::{Result, io_at};
 use crate::weights::manifest::Manifest;
 
 /// Reads a located chunk back from disk. Blocking.
+/// The file's last component is never followed (`O_NOFOLLOW`) and must be a regular
+/// file: nothing in the store is served through a symlink.
 pub fn read_chunk(loc: &ChunkLocation) -> std::io::Result<Vec<u8>> {
-    let f = File::open(&loc.path)?;
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(&loc.path)?;
+    if !f.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a regular file",
+            loc.path.display()
+        )));
+    }
     let mut buf = vec![0u8; loc.len as usize];
     f.read_exact_at(&mut buf, loc.offset)?;
     Ok(buf)
@@ -38,22 +49,23 @@ pub(super) fn open_staging_files(staging: &Path, manifest: &Manifest) -> Result<
     Ok(files)
 }
 
-pub(super) fn copy_tree(from: &Path, to: &Path) -> Result<()> {
-    fs::create_dir_all(to).map_err(io_at("create directory", to))?;
-    for entry in fs::read_dir(from).map_err(io_at("read directory", from))? {
-        let entry = entry.map_err(io_at("read directory", from))?;
-        let src = entry.path();
-        let dst = to.join(entry.file_name());
-        let ty = entry.file_type().map_err(io_at("stat", &src))?;
+/// Whether `dir` holds only directories and regular files (`lstat`: a symlink is seen as
+/// one, never followed); the first entry that is not, as an error message.
+pub(super) fn plain_tree(dir: &Path) -> std::result::Result<(), String> {
+    let entries = fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+        let path = entry.path();
+        let ty = entry
+            .file_type()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         if ty.is_dir() {
-            copy_tree(&src, &dst)?;
-        } else if ty.is_file() {
-            fs::copy(&src, &dst).map_err(io_at("copy", &src))?;
-        } else {
-            return Err(WeightsError::Invalid(format!(
+            plain_tree(&path)?;
+        } else if !ty.is_file() {
+            return Err(format!(
                 "{} is not a regular file or directory",
-                src.display()
-            )));
+                path.display()
+            ));
         }
     }
     Ok(())

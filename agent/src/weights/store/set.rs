@@ -13,6 +13,15 @@ use crate::weights::digest::Digest;
 use crate::weights::error::{Result, io_at};
 use crate::weights::manifest::{ChunkTable, Manifest};
 
+/// The mode a file of the store gets: the manifest's permission bits without setuid,
+/// setgid, sticky and group/other write (`mode & 0o755`). The store is mounted into
+/// every worker and its files are owned by the agent (root): a tenant's manifest must
+/// not hand workers a setuid-root file, nor a shared file they could rewrite. The usual
+/// `0o644`/`0o755` stay as they are, so an installed set still hashes to its digest.
+pub(crate) fn installed_mode(manifest_mode: u32) -> u32 {
+    manifest_mode & 0o755
+}
+
 /// One weights set known to the store, complete or being fetched.
 #[derive(Debug)]
 pub(crate) struct WeightSet {

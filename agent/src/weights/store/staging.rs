@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::WeightStore;
-use super::disk::{open_staging_files, sync_dir, sync_tree_dirs, write_synced};
-use super::set::{SetState, WeightSet};
+use super::disk::{open_staging_files, plain_tree, sync_dir, sync_tree_dirs, write_synced};
+use super::set::{SetState, WeightSet, installed_mode};
 use crate::weights::bitset::ChunkBits;
 use crate::weights::digest::Digest;
 use crate::weights::error::{Result, WeightsError, io_at};
@@ -83,15 +83,33 @@ impl WeightStore {
     ) -> Result<(Arc<WeightSet>, usize)> {
         let digest = Digest::of(&bytes);
         if let Some(set) = self.set(&digest) {
-            let have = set.state.lock().expect("set lock").verified.count();
+            let mut st = set.state.lock().expect("set lock");
+            if !st.complete && st.files.is_empty() {
+                // A complete version with a chunk found corrupt (`forget_chunk`): its
+                // files are reopened for writing and the missing chunks fetched into them.
+                for entry in &set.manifest.files {
+                    let path = st.dir.join(&entry.path);
+                    // Owner write added, read bits kept: workers may be reading it.
+                    let mode = installed_mode(entry.mode) | 0o200;
+                    fs::set_permissions(&path, fs::Permissions::from_mode(mode))
+                        .map_err(io_at("chmod", &path))?;
+                }
+                st.files = open_staging_files(&st.dir, &set.manifest)?;
+            }
+            let have = st.verified.count();
+            drop(st);
             return Ok((set, have));
         }
         self.write_manifest(&digest, &bytes)?;
         let version = self.version_dir(&digest);
-        if version.is_dir() {
-            let set = self.register(digest, manifest, bytes, true, version, Vec::new());
-            let n = set.table.len();
-            return Ok((set, n));
+        if fs::symlink_metadata(&version).is_ok() {
+            if version.is_dir() && plain_tree(&version).is_ok() && !version.is_symlink() {
+                let set = self.register(digest, manifest, bytes, true, version, Vec::new());
+                let n = set.table.len();
+                return Ok((set, n));
+            }
+            tracing::warn!(set = %digest, "version holding a symlink or special file; removed, fetched again");
+            self.discard_version(&digest)?;
         }
         let staging = self.staging_dir(&digest);
         let resuming = staging.is_dir();
@@ -109,7 +127,8 @@ impl WeightStore {
         Ok((set, have))
     }
 
-    /// Flushes every file, renames staging to `versions/<hex>`, and marks the set
+    /// Flushes every file, gives each its installed mode, renames staging to
+    /// `versions/<hex>` (a repaired version is already there), and marks the set
     /// complete (it moves no link; see [`WeightStore::activate`]). Blocking.
     pub(crate) fn finalize(&self, set: &WeightSet) -> Result<PathBuf> {
         let mut st = set.state.lock().expect("set lock");
@@ -134,14 +153,19 @@ impl WeightStore {
         for (f, entry) in st.files.iter().zip(&set.manifest.files) {
             let path = st.dir.join(&entry.path);
             f.sync_all().map_err(io_at("fsync", &path))?;
-            fs::set_permissions(&path, fs::Permissions::from_mode(entry.mode))
-                .map_err(io_at("chmod", &path))?;
+            fs::set_permissions(
+                &path,
+                fs::Permissions::from_mode(installed_mode(entry.mode)),
+            )
+            .map_err(io_at("chmod", &path))?;
         }
         sync_tree_dirs(&st.dir)?;
         let version = self.version_dir(&set.digest);
-        fs::rename(&st.dir, &version).map_err(io_at("rename", &version))?;
+        if st.dir != version {
+            fs::rename(&st.dir, &version).map_err(io_at("rename", &version))?;
+            sync_dir(&self.inner.root.join("staging"))?;
+        }
         sync_dir(&self.inner.root.join("versions"))?;
-        sync_dir(&self.inner.root.join("staging"))?;
         st.dir = version.clone();
         st.complete = true;
         st.files.clear();

@@ -5,7 +5,7 @@ use std::os::unix::fs::FileExt;
 
 use super::set::{EarlyFlush, FLUSH_EVERY};
 use super::*;
-use crate::weights::manifest::MIN_CHUNK_SIZE;
+use crate::weights::manifest::{MIN_CHUNK_SIZE, Manifest};
 
 #[test]
 fn an_early_flush_starts_once_enough_is_written_and_finishes_clean() {
