@@ -4,10 +4,10 @@
 //! turn it into planner inputs (and, for the `LinksHealthy` condition, the link tests every
 //! node's agent published). The conversions are pure.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use hcomm_crds::contract::{LABEL_GROUP, LABEL_MANAGED_BY, MANAGER_NAME};
-use hcomm_crds::{DeviceHealth, HcommGroup, HcommNode, LinkTestResult};
+use hcomm_crds::{DeviceHealth, HcommGroup, HcommNode, LinkTestResult, MemberPhase};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ListParams};
@@ -205,26 +205,37 @@ pub fn link_tests(nodes: &[HcommNode]) -> BTreeMap<String, Vec<LinkTestResult>> 
         .collect()
 }
 
-/// The recorded epoch and set: the rank-table ConfigMap, else (no ConfigMap) the group
-/// status.
+/// The recorded epoch and set: the newer of the published one (the rank-table ConfigMap)
+/// and the planned one (the group status: its epoch and the members it lists that are not
+/// on their way out).
+///
+/// The status runs ahead of the ConfigMap while an epoch's table waits for its members'
+/// device-plugin allocations. Taking the ConfigMap alone then would make every reconcile
+/// see the planned set as a change against the published one and bump the epoch again;
+/// taking the status' epoch with the ConfigMap's set would too. A crash between creating
+/// joiners and writing the status is covered by the joiners' epoch labels
+/// (`planner::epoch`).
 pub fn recorded(config_map: Option<&ConfigMap>, group: &HcommGroup) -> Recorded {
-    let status_epoch = group.status.as_ref().map_or(0, |s| s.epoch);
+    let planned = group
+        .status
+        .as_ref()
+        .map_or_else(Recorded::default, |s| Recorded {
+            epoch: s.epoch,
+            members: s
+                .members
+                .iter()
+                .filter(|m| !matches!(m.phase, MemberPhase::Draining | MemberPhase::Leaving))
+                .map(|m| m.name.clone())
+                .collect(),
+        });
     let Some(data) = config_map.and_then(|c| c.data.as_ref()) else {
-        return Recorded {
-            epoch: status_epoch,
-            members: BTreeSet::new(),
-        };
+        return planned;
     };
-    let epoch = data
-        .get(EPOCH_KEY)
-        .and_then(|e| e.trim().parse().ok())
-        .unwrap_or(0);
-    // The ConfigMap's own epoch, not the status': the status shows the planned epoch,
-    // which runs ahead of the ConfigMap while a table waits for its members' allocations;
-    // taking it would make the next plan see a changed set at an epoch already used and
-    // bump again. The planned epoch survives in the joiners' epoch labels.
-    Recorded {
-        epoch,
+    let published = Recorded {
+        epoch: data
+            .get(EPOCH_KEY)
+            .and_then(|e| e.trim().parse().ok())
+            .unwrap_or(0),
         members: data
             .get(MEMBERS_KEY)
             .map(|m| {
@@ -235,6 +246,11 @@ pub fn recorded(config_map: Option<&ConfigMap>, group: &HcommGroup) -> Recorded 
                     .collect()
             })
             .unwrap_or_default(),
+    };
+    if planned.epoch > published.epoch {
+        planned
+    } else {
+        published
     }
 }
 
@@ -251,4 +267,62 @@ pub fn avoid_nodes(group: &HcommGroup) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    fn group(status: serde_json::Value) -> HcommGroup {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": hcomm_crds::API_GROUP_VERSION, "kind": "HcommGroup",
+            "metadata": {"name": "g", "namespace": "ns"},
+            "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "w"}]}}},
+            "status": status
+        }))
+        .unwrap()
+    }
+
+    fn member(name: &str, phase: &str) -> serde_json::Value {
+        serde_json::json!({"name": name, "index": 0, "ranks": {"first": 0, "count": 1},
+                           "phase": phase, "epoch": 1})
+    }
+
+    fn config_map(epoch: i64, members: &[&str]) -> ConfigMap {
+        ConfigMap {
+            data: Some(BTreeMap::from([
+                (EPOCH_KEY.to_owned(), epoch.to_string()),
+                (MEMBERS_KEY.to_owned(), members.join("\n")),
+            ])),
+            ..ConfigMap::default()
+        }
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_planned_epoch_whose_table_is_held_back_is_the_recorded_one() {
+        // Epoch 2 planned (g-2-e2 joined the status), its table waits for an allocation.
+        let g = group(serde_json::json!({"epoch": 2, "members": [
+            member("g-0-e1", "Ready"), member("g-1-e1", "Ready"), member("g-2-e2", "Pending"),
+            member("g-3-e1", "Draining")]}));
+        let r = recorded(Some(&config_map(1, &["g-0-e1", "g-1-e1", "g-3-e1"])), &g);
+        assert_eq!(r.epoch, 2);
+        assert_eq!(r.members, set(&["g-0-e1", "g-1-e1", "g-2-e2"]));
+    }
+
+    #[test]
+    fn a_published_table_is_the_record_once_it_caught_up_and_without_one_the_status_is() {
+        let g = group(serde_json::json!({"epoch": 2, "members": [member("a", "Ready")]}));
+        let r = recorded(Some(&config_map(2, &["a", "b"])), &g);
+        assert_eq!((r.epoch, r.members), (2, set(&["a", "b"])));
+        let r = recorded(None, &g);
+        assert_eq!((r.epoch, r.members), (2, set(&["a"])));
+        let fresh = group(serde_json::json!(null));
+        assert_eq!(recorded(None, &fresh), Recorded::default());
+    }
 }
