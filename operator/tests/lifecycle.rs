@@ -1,7 +1,10 @@
 //! The operator against a real control plane (etcd, kube-apiserver, controller-manager,
 //! scheduler, kwok): member Pods, incremental scale-out, drain-first scale-in, drain timeout,
 //! deletion, a killed operator resuming, and leader election between two replicas. The
-//! node agent is stood in for by the test (HcommNode inventories and Pod conditions).
+//! node agent and the Ascend device plugin are stood in for by the test (HcommNode
+//! inventories, Pod conditions; NPU allocatable on the kwok Nodes, allocation annotations).
+//! Size: two long scenarios against one control plane each (starting one per case would
+//! spend the test's time on etcd and the apiserver), with their step helpers.
 
 mod support;
 

@@ -1,5 +1,7 @@
 //! Planner tests: rules as examples, then a seeded simulation that plays the operator,
 //! the agent and the user against each other and checks the invariants after every step.
+//! Size: the simulated world (operator, agent, device plugin) and the rules it checks share
+//! one file so each invariant reads next to the world that exercises it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
