@@ -12,6 +12,11 @@
 //! `device_ip` is the device's own address when the plugin knew it for every device of the
 //! table, else omitted for all (HCCL's all-or-none rule: a host address is no substitute).
 //!
+//! On Atlas A3 (super pods) the device plugin also records each Pod's `super_pod_id` and
+//! each NPU's `super_device_id`; when every member's allocation has them the table is
+//! HCCL's v1.2 instead ([`with_super_pods`]): `super_device_id` on every device and a
+//! `super_pod_list` naming each super pod's servers.
+//!
 //! Two checks, both before anything is written ([`layout_checked`] before joiner Pods are
 //! created, [`checked`] before the ConfigMap is): an invalid table is never published and
 //! the group's conditions say why.
@@ -20,7 +25,9 @@ use std::collections::BTreeMap;
 
 use hcomm_crds::Backend;
 use hcomm_crds::contract::GroupReason;
-use hcomm_crds::rank_table::{RankTable, ValidateError, ValidateOptions, v1, validate};
+use hcomm_crds::rank_table::{
+    RankTable, Status, ValidateError, ValidateOptions, v1, v12, validate,
+};
 
 pub use hcomm_crds::rank_table::{
     KEY_EPOCH as EPOCH_KEY, KEY_MEMBERS as MEMBERS_KEY, KEY_RANK_TABLE as RANK_TABLE_KEY,
@@ -191,11 +198,72 @@ pub fn checked(
     nodes: &[NodeInventory],
     backend: Backend,
 ) -> Result<RankTable, Held> {
-    let table = RankTable::V1(build(members, devices_per_member, nodes)?);
+    let v1 = build(members, devices_per_member, nodes)?;
+    let table = match with_super_pods(&v1, members) {
+        Some(v12) => RankTable::V12(v12),
+        None => RankTable::V1(v1),
+    };
     if !members.is_empty() {
         validate(&table, ValidateOptions::for_backend(backend))?;
     }
     Ok(table)
+}
+
+/// The v1.2 (A3 super pod) form of `table`, when every member's allocation names its super
+/// pod and every device's super-device id (the device plugin writes `-2` when it does not
+/// know one: then the table stays v1.0). A server's super pod is that of its members.
+pub fn with_super_pods(table: &v1::RankTable, members: &[PlannedMember]) -> Option<v12::RankTable> {
+    // rank → (super pod, super device)
+    let mut by_rank: BTreeMap<u32, (i64, u32)> = BTreeMap::new();
+    for member in members {
+        let allocation = member.allocation.as_ref()?;
+        let super_pod = allocation.super_pod_id?;
+        for (local, device) in allocation.devices.iter().enumerate() {
+            let rank = non_negative(member.index * allocation.devices.len() as i32 + local as i32);
+            by_rank.insert(rank, (super_pod, device.super_device()?));
+        }
+    }
+    let mut super_pods: Vec<v12::SuperPod> = Vec::new();
+    let mut server_list = Vec::with_capacity(table.server_list.len());
+    for server in &table.server_list {
+        let mut device = Vec::with_capacity(server.device.len());
+        let mut pod = None;
+        for d in &server.device {
+            let (super_pod, super_device_id) = *by_rank.get(&d.rank_id)?;
+            pod.get_or_insert(super_pod);
+            device.push(v12::Device {
+                device_id: d.device_id,
+                device_ip: d.device_ip.clone(),
+                super_device_id,
+                backup_device_ip: None,
+                backup_device_port: None,
+                rank_id: d.rank_id,
+            });
+        }
+        let id = pod?.to_string();
+        let entry = v12::SuperPodServer {
+            server_id: server.server_id.clone(),
+        };
+        match super_pods.iter_mut().find(|p| p.super_pod_id == id) {
+            Some(p) => p.server_list.push(entry),
+            None => super_pods.push(v12::SuperPod {
+                super_pod_id: id,
+                server_list: vec![entry],
+            }),
+        }
+        server_list.push(v12::Server {
+            server_id: server.server_id.clone(),
+            host_ip: server.host_ip.clone(),
+            device,
+        });
+    }
+    Some(v12::RankTable {
+        version: v12::VERSION.to_owned(),
+        status: Status::Completed,
+        server_count: Some(table.server_count),
+        server_list,
+        super_pod_list: super_pods,
+    })
 }
 
 /// [`layout`] validated with `backend`'s rank rules (device addresses are not known yet,
@@ -451,6 +519,44 @@ mod tests {
                 assert_eq!(table.world(), (count * dpm) as usize);
             }
         }
+    }
+
+    #[test]
+    fn a3_allocations_with_super_pods_give_a_v1_2_table_and_without_them_v1_0() {
+        let nodes = [node("n1", "10.1.0.1"), node("n2", "10.1.0.2")];
+        let mut members = vec![
+            member(0, "n1", &[(0, "192.168.1.0"), (1, "192.168.1.1")]),
+            member(1, "n2", &[(0, "192.168.2.0"), (1, "192.168.2.1")]),
+        ];
+        assert!(matches!(
+            checked(&members, 2, &nodes, Backend::Hccl).unwrap(),
+            RankTable::V1(_)
+        ));
+        for (i, m) in members.iter_mut().enumerate() {
+            let a = m.allocation.as_mut().unwrap();
+            a.super_pod_id = Some(0);
+            for (j, d) in a.devices.iter_mut().enumerate() {
+                d.super_device_id = Some((100 + 10 * i + j).to_string());
+            }
+        }
+        let table = checked(&members, 2, &nodes, Backend::Hccl).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&table.to_json()).unwrap();
+        assert_eq!(json["version"], "1.2");
+        assert_eq!(
+            json["server_list"][1]["device"][1]["super_device_id"],
+            "111"
+        );
+        assert_eq!(
+            json["super_pod_list"],
+            serde_json::json!([{"super_pod_id": "0", "server_list": [
+                {"server_id": "10.1.0.1"}, {"server_id": "10.1.0.2"}]}])
+        );
+        // One unknown super-device id (`-2`) and the table stays v1.0.
+        members[1].allocation.as_mut().unwrap().devices[0].super_device_id = Some("-2".into());
+        assert!(matches!(
+            checked(&members, 2, &nodes, Backend::Hccl).unwrap(),
+            RankTable::V1(_)
+        ));
     }
 
     #[test]
