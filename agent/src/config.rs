@@ -70,6 +70,9 @@ pub struct AgentConfig {
     pub weights_gc_grace: Option<Duration>,
     /// Caps the group's connect timeout for verification probes.
     pub verify_timeout_cap: Option<Duration>,
+    /// The kubelet's PodResources socket (`--pod-resources-socket`): which NPUs each
+    /// member Pod really got.
+    pub pod_resources_socket: PathBuf,
 }
 
 impl AgentConfig {
@@ -110,6 +113,7 @@ impl AgentConfig {
             weights_verify_on_serve: true,
             weights_gc_grace: Some(Duration::from_secs(600)),
             verify_timeout_cap: None,
+            pod_resources_socket: hcomm_crds::contract::ascend::POD_RESOURCES_SOCKET.into(),
         }
     }
 }

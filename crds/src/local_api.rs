@@ -97,6 +97,57 @@ pub struct Assignment {
     pub weights_path: Option<String>,
     /// The epoch of the member's communicator.
     pub epoch: u64,
+    /// One entry per local process (one per rank of this member), in local-rank order:
+    /// what each process exports as `RANK_ID` / `DEVICE_ID`. Empty from an agent that
+    /// predates it.
+    pub processes: Vec<ProcessAssignment>,
+}
+
+/// What one local process of a member is: its global rank and its device, both as the
+/// rank table and the device plugin name them and as the process addresses it.
+///
+/// Device numbering: the Ascend container runtime makes only the allocated NPUs visible
+/// (`ASCEND_VISIBLE_DEVICES` = physical ids) and the CANN runtime inside the container
+/// numbers the visible devices from 0 in ascending physical order. So `device_id` (what
+/// `torch.npu.set_device`, `ASCEND_DEVICE_ID` and `DEVICE_ID` take) is the physical id's
+/// position among the member's allocated devices, while `physical_device_id` is what the
+/// rank table's `device_id`, `hccn_tool -i` and `/etc/hccn.conf` use. Example: a member
+/// given physical NPUs 4 and 6 runs rank r on `device_id` 0 (physical 4) and rank r+1 on
+/// `device_id` 1 (physical 6).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(default)]
+pub struct ProcessAssignment {
+    /// The process's index inside the member (`LOCAL_RANK`), 0-based.
+    pub local_rank: u32,
+    /// The global rank: the rank table's `rank_id` (`RANK_ID`, torch's global rank).
+    pub rank_id: u32,
+    /// The logical device inside the container (`DEVICE_ID` / `ASCEND_DEVICE_ID`).
+    pub device_id: u32,
+    /// The physical device id (the rank table's `device_id`).
+    pub physical_device_id: u32,
+}
+
+impl ProcessAssignment {
+    /// The processes of a member from its (rank, physical device) entries in the rank
+    /// table: local ranks follow rank order, logical devices follow ascending physical
+    /// order (the container runtime's renumbering).
+    pub fn from_entries(entries: &[(u32, u32)]) -> Vec<ProcessAssignment> {
+        let mut by_rank = entries.to_vec();
+        by_rank.sort_unstable();
+        let mut physical: Vec<u32> = by_rank.iter().map(|(_, d)| *d).collect();
+        physical.sort_unstable();
+        physical.dedup();
+        by_rank
+            .iter()
+            .enumerate()
+            .map(|(i, (rank, dev))| ProcessAssignment {
+                local_rank: i as u32,
+                rank_id: *rank,
+                device_id: physical.iter().position(|p| p == dev).unwrap_or(i) as u32,
+                physical_device_id: *dev,
+            })
+            .collect()
+    }
 }
 
 /// An event on a `watch` stream.
@@ -238,5 +289,25 @@ mod tests {
         let a: Assignment =
             serde_json::from_str(r#"{"group":"g","rank":2,"world":4,"epoch":7,"new":1}"#).unwrap();
         assert_eq!((a.rank, a.epoch, a.weights_path), (2, 7, None));
+        assert!(
+            a.processes.is_empty(),
+            "an older agent's assignment still parses"
+        );
+    }
+
+    #[test]
+    fn processes_follow_rank_order_and_devices_are_renumbered_from_zero() {
+        // Ranks 9 and 8 on physical 6 and 4, listed out of order.
+        let p = ProcessAssignment::from_entries(&[(9, 4), (8, 6)]);
+        let got: Vec<(u32, u32, u32, u32)> = p
+            .iter()
+            .map(|p| (p.local_rank, p.rank_id, p.device_id, p.physical_device_id))
+            .collect();
+        assert_eq!(got, vec![(0, 8, 1, 6), (1, 9, 0, 4)]);
+        let line = serde_json::to_string(&p[0]).unwrap();
+        assert_eq!(
+            line,
+            r#"{"local_rank":0,"rank_id":8,"device_id":1,"physical_device_id":6}"#
+        );
     }
 }

@@ -105,6 +105,10 @@ pub struct DiagnoseCli {
     /// Bound of each API call.
     #[arg(long, value_name = "MS", default_value_t = 5000)]
     pub api_timeout_ms: u64,
+    /// The kubelet's PodResources socket (the NPU allocation of --pod).
+    #[arg(long, value_name = "PATH", env = "HCOMM_POD_RESOURCES_SOCKET",
+          default_value_os_t = AgentConfig::new("").pod_resources_socket)]
+    pub pod_resources_socket: PathBuf,
 }
 
 /// `--peers`: one value holding a list (clap would read a bare `Vec` as repeated values).
@@ -164,6 +168,7 @@ impl DiagnoseCli {
                 namespace: set(Some(self.namespace)).unwrap_or_else(|| "default".into()),
                 timeout: Duration::from_millis(self.api_timeout_ms),
             },
+            pod_resources_socket: self.pod_resources_socket,
         })
     }
 }

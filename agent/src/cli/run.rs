@@ -106,6 +106,10 @@ pub struct RunArgs {
     /// Caps the group's connect timeout for verification probes.
     #[arg(long, value_name = "S")]
     pub verify_timeout_secs: Option<f64>,
+    /// The kubelet's PodResources socket (mount /var/lib/kubelet/pod-resources).
+    #[arg(long, value_name = "PATH", env = "HCOMM_POD_RESOURCES_SOCKET",
+          default_value_os_t = defaults().pod_resources_socket)]
+    pub pod_resources_socket: PathBuf,
     /// Root of the Ascend driver and toolkit.
     #[arg(long, value_name = "D")]
     pub ascend_root: Option<PathBuf>,
@@ -146,6 +150,7 @@ impl RunArgs {
         c.weights_verify_on_serve = self.weights_verify_on_serve;
         c.weights_gc_grace = self.weights_gc_grace_secs.0;
         c.verify_timeout_cap = self.verify_timeout_secs.map(|s| secs(s, 0.0));
+        c.pod_resources_socket = self.pod_resources_socket;
         if let Some(d) = self.ascend_root {
             c.sources.ascend_root = d;
         }
@@ -220,6 +225,13 @@ mod tests {
         assert_eq!(c.weights_gc_grace, d.weights_gc_grace);
         assert_eq!(c.verify_timeout_cap, None);
         assert!(c.weights_verify_on_serve);
+        assert_eq!(
+            c.pod_resources_socket,
+            Path::new(hcomm_crds::contract::ascend::POD_RESOURCES_SOCKET)
+        );
+        let c =
+            run("--node-name n --insecure-default-secret --pod-resources-socket /k.sock").unwrap();
+        assert_eq!(c.pod_resources_socket, Path::new("/k.sock"));
     }
 
     /// agent-daemonset.yaml's `args` as `helm template` renders them with the default

@@ -475,6 +475,7 @@ pub fn run_all(f: &Facts) -> Vec<Finding> {
         churn(f),
         new_member(f),
         member_conditions(f),
+        super::allocation::check(f),
         logs(f),
     ]
 }

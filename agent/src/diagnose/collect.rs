@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::allocation;
 use super::cluster::{self, Target};
 use super::facts::{ClusterRead, CommCounters, Facts};
 use super::logs;
@@ -47,6 +48,8 @@ pub struct DiagnoseArgs {
     /// The member Pod / group to read from the API server (`--pod`, `--group`,
     /// `--namespace`, `--api-timeout-ms`); nothing is read when neither is given.
     pub cluster: Target,
+    /// The kubelet's PodResources socket (the NPU allocation row).
+    pub pod_resources_socket: PathBuf,
 }
 
 /// Parses `name=ip,name=ip`.
@@ -213,7 +216,11 @@ pub async fn collect(args: &DiagnoseArgs) -> Facts {
 
     let read = if args.cluster.asked() {
         match cluster::read(&args.cluster).await {
-            Ok(objects) => ClusterRead::Read(cluster::snapshot(&args.cluster, &objects)),
+            Ok(objects) => {
+                let socket = &args.pod_resources_socket;
+                f.allocation = allocation::read(&objects, socket, args.cluster.timeout).await;
+                ClusterRead::Read(cluster::snapshot(&args.cluster, &objects))
+            }
             Err(why) => ClusterRead::Unreachable(why),
         }
     } else {

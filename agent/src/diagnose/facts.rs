@@ -97,4 +97,6 @@ pub struct Facts {
     pub log_matches: Vec<LogMatch>,
     /// The member's Pod, group and rank table as the API server has them.
     pub cluster: ClusterRead,
+    /// The member's NPU allocation from every side (None: no NPU member Pod asked about).
+    pub allocation: Option<super::allocation::AllocationSeen>,
 }

@@ -2,6 +2,7 @@
 //! gathers facts (with [`cluster`] reading the member's Pod, group and rank table when
 //! asked), [`checks`] turns them into findings (pure), [`table`] prints them.
 
+pub mod allocation;
 pub mod checks;
 pub mod cluster;
 pub mod collect;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use hcomm_crds::contract::PodReason;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -22,7 +23,9 @@ use super::domain::Domain;
 use super::group::{
     GroupView, fetch_group, fetch_member_pods, fetch_rank_table, rank_table_name, still_arriving,
 };
-use super::ports::{Clock, Cluster, CommDomain, JoinError, JoinSpec, Verifier, Worker};
+use super::ports::{
+    Allocations, Clock, Cluster, CommDomain, JoinError, JoinSpec, Verifier, Worker,
+};
 use super::ranktable::RankTable;
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
@@ -91,7 +94,7 @@ impl KubeCluster {
                         tracing::info!(
                             condition = c.type_,
                             status = c.status,
-                            reason = c.reason,
+                            reason = c.reason.as_str(),
                             "pod condition"
                         );
                     }
@@ -105,14 +108,14 @@ impl KubeCluster {
         }
     }
 
-    async fn publish(&self, warning: bool, reason: &str, message: String) {
+    async fn publish(&self, warning: bool, reason: PodReason, message: String) {
         let ev = KubeEvent {
             type_: if warning {
                 EventType::Warning
             } else {
                 EventType::Normal
             },
-            reason: reason.into(),
+            reason: reason.as_str().into(),
             note: Some(message.chars().take(1000).collect()),
             action: "MemberLifecycle".into(),
             secondary: None,
@@ -148,7 +151,7 @@ impl Cluster for KubeCluster {
         self.write(updates).boxed()
     }
 
-    fn event(&self, warning: bool, reason: &'static str, message: String) -> BoxFuture<'_, ()> {
+    fn event(&self, warning: bool, reason: PodReason, message: String) -> BoxFuture<'_, ()> {
         self.publish(warning, reason, message).boxed()
     }
 }
@@ -303,6 +306,42 @@ impl Worker for HubWorker {
 
     fn forget(&self) {
         self.ctx.hub.remove(&self.key);
+    }
+}
+
+/// Each PodResources call (connect included) ends within this; the member's verification
+/// deadline bounds the whole wait for an allocation.
+pub const KUBELET_CALL_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The kubelet's PodResources socket.
+pub struct KubeletAllocations(hcomm_kubelet::PodResourcesClient);
+
+impl KubeletAllocations {
+    pub fn new(cfg: &crate::config::AgentConfig) -> KubeletAllocations {
+        KubeletAllocations(hcomm_kubelet::PodResourcesClient::new(
+            cfg.pod_resources_socket.clone(),
+            KUBELET_CALL_DEADLINE,
+        ))
+    }
+}
+
+impl Allocations for KubeletAllocations {
+    fn kubelet_devices<'a>(
+        &'a self,
+        namespace: &'a str,
+        pod: &'a str,
+        resource: &'a str,
+    ) -> BoxFuture<'a, std::result::Result<Option<Vec<String>>, hcomm_kubelet::PodResourcesError>>
+    {
+        async move {
+            // List, not Get: Get needs a feature gate before Kubernetes 1.34.
+            let pods = self.0.list().await?;
+            Ok(pods
+                .into_iter()
+                .find(|p| p.namespace == namespace && p.name == pod)
+                .map(|p| p.device_ids(resource)))
+        }
+        .boxed()
     }
 }
 

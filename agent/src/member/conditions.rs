@@ -29,7 +29,7 @@ pub fn merge(
             .or_else(|| existing.iter().find(|c| c.type_ == u.type_).cloned());
         let same = prev.as_ref().is_some_and(|p| {
             p.status == status
-                && p.reason.as_deref() == Some(u.reason)
+                && p.reason.as_deref() == Some(u.reason.as_str())
                 && p.message.as_deref() == Some(u.message.as_str())
         });
         changed |= !same;
@@ -40,7 +40,7 @@ pub fn merge(
         let c = PodCondition {
             type_: u.type_.to_owned(),
             status: status.to_owned(),
-            reason: Some(u.reason.to_owned()),
+            reason: Some(u.reason.as_str().to_owned()),
             message: Some(truncate(&u.message, 1024)),
             last_transition_time: transition,
             last_probe_time: None,
@@ -73,13 +73,14 @@ fn truncate(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hcomm_crds::contract::PodReason;
     use k8s_openapi::jiff::Timestamp;
 
     fn at(s: i64) -> Time {
         Time(Timestamp::from_second(s).unwrap())
     }
 
-    fn up(type_: &'static str, status: bool, reason: &'static str) -> CondUpdate {
+    fn up(type_: &'static str, status: bool, reason: PodReason) -> CondUpdate {
         CondUpdate {
             type_,
             status,
@@ -103,7 +104,7 @@ mod tests {
             &[up(
                 hcomm_crds::contract::POD_VERIFIED,
                 true,
-                hcomm_crds::contract::PodReason::Verified.as_str(),
+                PodReason::Verified,
             )],
             &at(5),
         )
@@ -120,7 +121,7 @@ mod tests {
         let existing = vec![PodCondition {
             type_: hcomm_crds::contract::POD_JOINED.into(),
             status: "True".into(),
-            reason: Some(hcomm_crds::contract::PodReason::Joined.as_str().into()),
+            reason: Some(PodReason::Joined.as_str().into()),
             message: Some("old".into()),
             last_transition_time: Some(at(1)),
             ..Default::default()
@@ -130,7 +131,7 @@ mod tests {
             &[up(
                 hcomm_crds::contract::POD_JOINED,
                 true,
-                hcomm_crds::contract::PodReason::Joined.as_str(),
+                PodReason::Joined,
             )],
             &at(9),
         )
@@ -138,11 +139,7 @@ mod tests {
         assert_eq!(out[0].last_transition_time, Some(at(1)));
         let out = merge(
             &existing,
-            &[up(
-                hcomm_crds::contract::POD_JOINED,
-                false,
-                hcomm_crds::contract::PodReason::Left.as_str(),
-            )],
+            &[up(hcomm_crds::contract::POD_JOINED, false, PodReason::Left)],
             &at(9),
         )
         .unwrap();
@@ -154,7 +151,7 @@ mod tests {
         let existing = vec![PodCondition {
             type_: hcomm_crds::contract::POD_DRAINED.into(),
             status: "True".into(),
-            reason: Some("Drained".into()),
+            reason: Some(PodReason::Drained.as_str().into()),
             message: Some("m".into()),
             last_transition_time: Some(at(1)),
             ..Default::default()
@@ -162,7 +159,11 @@ mod tests {
         assert_eq!(
             merge(
                 &existing,
-                &[up(hcomm_crds::contract::POD_DRAINED, true, "Drained")],
+                &[up(
+                    hcomm_crds::contract::POD_DRAINED,
+                    true,
+                    PodReason::Drained
+                )],
                 &at(2)
             ),
             None
@@ -177,9 +178,13 @@ mod tests {
                 up(
                     hcomm_crds::contract::POD_MEMBER_READY,
                     true,
-                    hcomm_crds::contract::PodReason::MemberReady.as_str(),
+                    PodReason::MemberReady,
                 ),
-                up(hcomm_crds::contract::POD_MEMBER_READY, false, "Draining"),
+                up(
+                    hcomm_crds::contract::POD_MEMBER_READY,
+                    false,
+                    PodReason::Draining,
+                ),
             ],
             &at(3),
         )

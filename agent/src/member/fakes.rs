@@ -11,11 +11,14 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use hcomm_crds::contract::PodReason;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
 
 use super::group::GroupView;
-use super::ports::{Clock, Cluster, CommDomain, JoinError, JoinSpec, Verifier, Worker};
+use super::ports::{
+    Allocations, Clock, Cluster, CommDomain, JoinError, JoinSpec, Verifier, Worker,
+};
 use super::ranktable::{RankTable, plan};
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
@@ -40,7 +43,7 @@ pub struct ClusterState {
     /// Every condition written, in order.
     pub conditions: Vec<CondUpdate>,
     /// Every Event published: (warning, reason, message).
-    pub events: Vec<(bool, &'static str, String)>,
+    pub events: Vec<(bool, PodReason, String)>,
 }
 
 #[derive(Clone, Default)]
@@ -52,7 +55,7 @@ impl FakeCluster {
     }
 
     /// The last status written for condition `type_`, with its reason.
-    pub fn condition(&self, type_: &str) -> Option<(bool, &'static str)> {
+    pub fn condition(&self, type_: &str) -> Option<(bool, PodReason)> {
         self.with(|s| {
             s.conditions
                 .iter()
@@ -63,7 +66,7 @@ impl FakeCluster {
     }
 
     /// The condition writes as (type, status, reason), in order.
-    pub fn writes(&self) -> Vec<(&'static str, bool, &'static str)> {
+    pub fn writes(&self) -> Vec<(&'static str, bool, PodReason)> {
         self.with(|s| {
             s.conditions
                 .iter()
@@ -72,7 +75,7 @@ impl FakeCluster {
         })
     }
 
-    pub fn event_reasons(&self) -> Vec<&'static str> {
+    pub fn event_reasons(&self) -> Vec<PodReason> {
         self.with(|s| s.events.iter().map(|e| e.1).collect())
     }
 }
@@ -104,7 +107,7 @@ impl Cluster for FakeCluster {
         async {}.boxed()
     }
 
-    fn event(&self, warning: bool, reason: &'static str, message: String) -> BoxFuture<'_, ()> {
+    fn event(&self, warning: bool, reason: PodReason, message: String) -> BoxFuture<'_, ()> {
         self.with(|s| s.events.push((warning, reason, message)));
         async {}.boxed()
     }
@@ -115,7 +118,7 @@ impl Cluster for FakeCluster {
 pub enum VerifyScript {
     /// Chooses `ip` as the data address and plans from the table.
     Pass,
-    Fail(&'static str),
+    Fail(PodReason),
     /// Never answers.
     Hang,
 }
@@ -137,7 +140,7 @@ impl Verifier for FakeVerifier {
     ) -> BoxFuture<'a, Verified> {
         let script = lock(&self.script).pop_front().unwrap_or(VerifyScript::Pass);
         async move {
-            let fail = |reason: &'static str| Verified {
+            let fail = |reason: PodReason| Verified {
                 verdict: Verdict {
                     ok: false,
                     reason,
@@ -156,7 +159,7 @@ impl Verifier for FakeVerifier {
                         Ok(p) => Verified {
                             verdict: Verdict {
                                 ok: true,
-                                reason: hcomm_crds::contract::PodReason::Verified.as_str(),
+                                reason: PodReason::Verified,
                                 message: "ok".into(),
                             },
                             chosen: Some(Chosen {
@@ -166,7 +169,7 @@ impl Verifier for FakeVerifier {
                             }),
                             plan: Some(p),
                         },
-                        Err(_) => fail(hcomm_crds::contract::PodReason::DeviceMismatch.as_str()),
+                        Err(_) => fail(PodReason::DeviceMismatch),
                     }
                 }
             }
@@ -323,5 +326,46 @@ impl Clock for PausedClock {
     fn now(&self) -> Timestamp {
         let d = tokio::time::Instant::now() - self.start;
         self.base + d
+    }
+}
+
+/// What the fake kubelet answers for the member's Pod: the device ids (`Ok(None)`: the
+/// Pod is not listed, the default) or an error; `calls` counts the questions.
+#[derive(Clone)]
+pub struct FakeAllocations {
+    pub answer:
+        Arc<Mutex<std::result::Result<Option<Vec<String>>, hcomm_kubelet::PodResourcesError>>>,
+    pub calls: Arc<Mutex<u32>>,
+}
+
+impl Default for FakeAllocations {
+    fn default() -> FakeAllocations {
+        FakeAllocations {
+            answer: Arc::new(Mutex::new(Ok(None))),
+            calls: Arc::default(),
+        }
+    }
+}
+
+impl FakeAllocations {
+    pub fn set(
+        &self,
+        answer: std::result::Result<Option<Vec<String>>, hcomm_kubelet::PodResourcesError>,
+    ) {
+        *lock(&self.answer) = answer;
+    }
+}
+
+impl Allocations for FakeAllocations {
+    fn kubelet_devices<'a>(
+        &'a self,
+        _namespace: &'a str,
+        _pod: &'a str,
+        _resource: &'a str,
+    ) -> BoxFuture<'a, std::result::Result<Option<Vec<String>>, hcomm_kubelet::PodResourcesError>>
+    {
+        *lock(&self.calls) += 1;
+        let answer = lock(&self.answer).clone();
+        async move { answer }.boxed()
     }
 }

@@ -9,6 +9,8 @@
 //! its own observations, never from the group's status (see [`group`]).
 
 pub mod adapters;
+pub mod allocation;
+pub mod allocation_check;
 pub mod conditions;
 pub mod domain;
 pub mod driver;

@@ -10,6 +10,7 @@
 //! - [`CommDomain`] — joining and leaving the group's domain at an epoch.
 //! - [`Worker`] — the local API: the worker's assignment, notices, in-flight count and
 //!   `serving` report.
+//! - [`Allocations`] — the kubelet's PodResources record: which NPUs a Pod really got.
 //! - [`Clock`] — the wall clock (the drain deadline counts from a Pod annotation's time);
 //!   timers are tokio's, which tests pause and advance.
 //!
@@ -20,6 +21,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use hcomm_crds::contract::PodReason;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
 
@@ -44,7 +46,7 @@ pub trait Cluster: Send + Sync {
     /// Merges the member's conditions into its Pod's status.
     fn write_conditions(&self, updates: Vec<CondUpdate>) -> BoxFuture<'_, ()>;
     /// Publishes a Kubernetes Event about the member's Pod.
-    fn event(&self, warning: bool, reason: &'static str, message: String) -> BoxFuture<'_, ()>;
+    fn event(&self, warning: bool, reason: PodReason, message: String) -> BoxFuture<'_, ()>;
 }
 
 /// Verification of the member against a rank table.
@@ -110,6 +112,19 @@ pub trait Worker: Send + Sync {
     fn serving(&self) -> watch::Receiver<bool>;
     /// The member is gone: forget its slot.
     fn forget(&self);
+}
+
+/// The kubelet's record of the devices each Pod on the node was allocated (PodResources
+/// `List`). Read during verification only: a serving member is never re-checked.
+pub trait Allocations: Send + Sync {
+    /// The kubelet device ids of `resource` allocated to Pod `namespace/pod`, over its
+    /// containers; None when the kubelet does not list the Pod.
+    fn kubelet_devices<'a>(
+        &'a self,
+        namespace: &'a str,
+        pod: &'a str,
+        resource: &'a str,
+    ) -> BoxFuture<'a, std::result::Result<Option<Vec<String>>, hcomm_kubelet::PodResourcesError>>;
 }
 
 /// The wall clock.

@@ -45,6 +45,10 @@ pub struct MemberSpec {
     /// Hold the readiness gate until the worker reports `serving` (Pod annotation
     /// `hcomm.io/worker-readiness: local-api`).
     pub await_worker: bool,
+    /// The NPU resource the Pod requests (None on CPU nodes: no allocation to check).
+    pub npu: Option<super::allocation::NpuRequest>,
+    /// The device plugin's allocation annotation for that resource, as written.
+    pub device_allocation: Option<String>,
 }
 
 impl MemberSpec {
@@ -76,6 +80,10 @@ pub fn from_pod(pod: &Pod) -> Option<MemberSpec> {
         })
         .unwrap_or_default();
     let env = |k: &str| envs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let npu = super::allocation::npu_request(pod);
+    let device_allocation = npu
+        .as_ref()
+        .and_then(|n| super::allocation::annotation_of(pod, &n.resource).cloned());
     Some(MemberSpec {
         namespace: meta.namespace.clone().unwrap_or_else(|| "default".into()),
         pod: meta.name.clone().unwrap_or_default(),
@@ -98,6 +106,8 @@ pub fn from_pod(pod: &Pod) -> Option<MemberSpec> {
         deleting: meta.deletion_timestamp.is_some(),
         await_worker: ann.get(ANNOTATION_WORKER_READINESS).map(String::as_str)
             == Some(WORKER_READINESS_LOCAL_API),
+        npu,
+        device_allocation,
     })
 }
 

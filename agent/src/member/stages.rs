@@ -11,10 +11,11 @@ use tokio::time::Instant;
 use super::domain::DomainConfig;
 use super::ports::{JoinError, JoinSpec};
 use super::ranktable::ControlPlan;
-use super::state::{Event, WorkerNotice, reasons};
+use super::state::{Event, WorkerNotice};
 use super::task::{Run, pod_gone};
 use super::weights::WeightsRequest;
 use crate::local_api::{Assignment, Notice};
+use hcomm_crds::contract::PodReason;
 
 /// How long a join keeps waiting for members still verifying or syncing weights (see
 /// [`Run::join_when_all_arrive`]); a sync of a large model over a slow link takes minutes.
@@ -23,7 +24,7 @@ const ARRIVAL_WAIT: Duration = Duration::from_secs(30 * 60);
 /// Verification bounds its own probes by the connect timeout; this is the backstop for a
 /// verification stuck elsewhere (an API read, the inventory lock): twice that, plus a
 /// margin. Past it the member reports `hcomm.io/verified=False` with
-/// [`reasons::VERIFY_TIMED_OUT`].
+/// [`PodReason::VerificationTimedOut`].
 pub fn verify_deadline(connect_timeout: Duration) -> Duration {
     connect_timeout * 2 + Duration::from_secs(5)
 }
@@ -41,7 +42,7 @@ impl Run {
         let Some((table, _)) = self.table.clone() else {
             return Event::Verified {
                 ok: false,
-                reason: hcomm_crds::contract::PodReason::NoRankTable.as_str(),
+                reason: PodReason::NoRankTable,
                 message: "no rank table yet".into(),
             };
         };
@@ -54,6 +55,9 @@ impl Run {
             .or_else(|| self.cfg.socket_ifname.clone());
         let timeout = DomainConfig::from_comm(&self.group.comm).timeouts.connect;
         let deadline = verify_deadline(timeout);
+        if let Some(failed) = self.check_allocation(&table, deadline).await {
+            return failed;
+        }
         let checked = self
             .ports
             .verifier
@@ -61,11 +65,11 @@ impl Run {
         let Ok(v) = tokio::time::timeout(deadline, checked).await else {
             self.metrics
                 .verifications
-                .with_label_values(&[reasons::VERIFY_TIMED_OUT])
+                .with_label_values(&[PodReason::VerificationTimedOut])
                 .inc();
             return Event::Verified {
                 ok: false,
-                reason: reasons::VERIFY_TIMED_OUT,
+                reason: PodReason::VerificationTimedOut,
                 message: format!("verification did not finish within {deadline:?}"),
             };
         };
@@ -73,7 +77,7 @@ impl Run {
             .verifications
             .with_label_values(&[v.verdict.reason])
             .inc();
-        tracing::info!(ok = v.verdict.ok, reason = v.verdict.reason, message = %v.verdict.message, "verification");
+        tracing::info!(ok = v.verdict.ok, reason = v.verdict.reason.as_str(), message = %v.verdict.message, "verification");
         self.chosen = v.chosen;
         self.plan = v.plan;
         if v.verdict.ok {
@@ -100,6 +104,7 @@ impl Run {
             devices: plan.devices_in_rank_order.clone(),
             weights_path: self.weights_path.clone(),
             epoch: self.planned_epoch(),
+            processes: self.processes(),
         });
     }
 
@@ -110,7 +115,7 @@ impl Run {
         let epoch = self.planned_epoch();
         let Some(chosen) = self.chosen.clone() else {
             return Event::WeightsFailed {
-                reason: super::weights::reasons::SYNC_FAILED,
+                reason: PodReason::SyncFailed,
                 message: "no verified data interface".into(),
             };
         };

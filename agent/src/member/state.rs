@@ -10,27 +10,8 @@
 //! ```
 
 use hcomm_crds::contract::{
-    self, POD_DRAINED, POD_JOINED, POD_MEMBER_READY, POD_VERIFIED, POD_WEIGHTS_SYNCED,
+    POD_DRAINED, POD_JOINED, POD_MEMBER_READY, POD_VERIFIED, POD_WEIGHTS_SYNCED, PodReason,
 };
-
-/// Reasons the agent writes on Pod conditions (besides the verification ones in
-/// [`crate::nic::verify::reasons`]).
-pub mod reasons {
-    pub const WEIGHTS_SYNCED: &str = hcomm_crds::contract::PodReason::WeightsSynced.as_str();
-    pub const SYNC_FAILED: &str = hcomm_crds::contract::PodReason::SyncFailed.as_str();
-    pub const JOINED: &str = hcomm_crds::contract::PodReason::Joined.as_str();
-    pub const JOIN_FAILED: &str = hcomm_crds::contract::PodReason::JoinFailed.as_str();
-    pub const REJOIN_FAILED: &str = hcomm_crds::contract::PodReason::RejoinFailed.as_str();
-    pub const LEFT: &str = hcomm_crds::contract::PodReason::Left.as_str();
-    pub const READY: &str = hcomm_crds::contract::PodReason::MemberReady.as_str();
-    pub const NOT_READY: &str = hcomm_crds::contract::PodReason::NotReady.as_str();
-    pub const DRAINING: &str = "Draining";
-    pub const DRAINED: &str = hcomm_crds::contract::reasons::DRAINED;
-    pub const DRAIN_TIMED_OUT: &str = hcomm_crds::contract::reasons::DRAIN_TIMED_OUT;
-    /// Verification did not finish within its deadline (`hcomm.io/verified=False`).
-    pub const VERIFY_TIMED_OUT: &str =
-        hcomm_crds::contract::PodReason::VerificationTimedOut.as_str();
-}
 
 /// Which stage failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,7 +80,7 @@ pub enum Event {
     },
     Verified {
         ok: bool,
-        reason: &'static str,
+        reason: PodReason,
         message: String,
     },
     WeightsSynced {
@@ -107,7 +88,7 @@ pub enum Event {
         message: String,
     },
     WeightsFailed {
-        reason: &'static str,
+        reason: PodReason,
         message: String,
     },
     Joined {
@@ -139,7 +120,7 @@ pub enum Event {
 pub struct CondUpdate {
     pub type_: &'static str,
     pub status: bool,
-    pub reason: &'static str,
+    pub reason: PodReason,
     pub message: String,
 }
 
@@ -169,7 +150,7 @@ pub enum Action {
     /// A Kubernetes Event (warning when `warning`).
     Event {
         warning: bool,
-        reason: &'static str,
+        reason: PodReason,
         message: String,
     },
 }
@@ -177,7 +158,7 @@ pub enum Action {
 fn cond(
     type_: &'static str,
     status: bool,
-    reason: &'static str,
+    reason: PodReason,
     message: impl Into<String>,
 ) -> Action {
     Action::Condition(CondUpdate {
@@ -231,12 +212,12 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
                 cond(
                     POD_MEMBER_READY,
                     false,
-                    reasons::NOT_READY,
+                    PodReason::NotReady,
                     "verification failed",
                 ),
                 Action::Event {
                     warning: true,
-                    reason: contract::reasons::VERIFICATION_FAILED,
+                    reason: PodReason::VerificationFailed,
                     message: format!("{reason}: {message}"),
                 },
             ],
@@ -244,7 +225,7 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
         (P::Syncing, E::WeightsSynced { epoch, message }) => (
             P::Joining { epoch },
             vec![
-                cond(POD_WEIGHTS_SYNCED, true, reasons::WEIGHTS_SYNCED, message),
+                cond(POD_WEIGHTS_SYNCED, true, PodReason::WeightsSynced, message),
                 Action::Notify(WorkerNotice::WeightsReady),
                 Action::Join { epoch },
             ],
@@ -269,13 +250,13 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
                 cond(
                     POD_JOINED,
                     true,
-                    reasons::JOINED,
+                    PodReason::Joined,
                     format!("joined the domain at epoch {epoch}"),
                 ),
                 cond(
                     POD_MEMBER_READY,
                     true,
-                    reasons::READY,
+                    PodReason::MemberReady,
                     format!("serving at epoch {epoch}"),
                 ),
             ],
@@ -288,7 +269,7 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
             vec![cond(
                 POD_JOINED,
                 false,
-                reasons::JOIN_FAILED,
+                PodReason::JoinFailed,
                 format!("epoch {epoch}: {message}"),
             )],
         ),
@@ -307,7 +288,7 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
             vec![cond(
                 POD_JOINED,
                 true,
-                reasons::JOINED,
+                PodReason::Joined,
                 format!("switched to epoch {epoch}"),
             )],
         ),
@@ -317,12 +298,12 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
                 cond(
                     POD_JOINED,
                     true,
-                    reasons::REJOIN_FAILED,
+                    PodReason::RejoinFailed,
                     format!("still serving at epoch {cur}; epoch {epoch} failed: {message}"),
                 ),
                 Action::Event {
                     warning: true,
-                    reason: reasons::REJOIN_FAILED,
+                    reason: PodReason::RejoinFailed,
                     message,
                 },
             ],
@@ -338,7 +319,7 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
                 cond(
                     POD_MEMBER_READY,
                     false,
-                    reasons::DRAINING,
+                    PodReason::Draining,
                     "drain requested: no new traffic",
                 ),
                 Action::Notify(WorkerNotice::DrainRequested),
@@ -352,7 +333,7 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
                 cond(
                     POD_MEMBER_READY,
                     false,
-                    reasons::DRAINING,
+                    PodReason::Draining,
                     "drain requested before the member served",
                 ),
                 Action::Notify(WorkerNotice::DrainRequested),
@@ -364,7 +345,7 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
             if timed_out {
                 actions.push(Action::Event {
                     warning: true,
-                    reason: reasons::DRAIN_TIMED_OUT,
+                    reason: PodReason::DrainTimedOut,
                     message: "requests were still in flight at the drain deadline".into(),
                 });
             }
@@ -373,16 +354,16 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
         (P::Leaving { timed_out }, E::Left) => {
             let (reason, msg) = if *timed_out {
                 (
-                    reasons::DRAIN_TIMED_OUT,
+                    PodReason::DrainTimedOut,
                     "drain timed out with requests in flight; left the domain",
                 )
             } else {
-                (reasons::DRAINED, "no requests in flight; left the domain")
+                (PodReason::Drained, "no requests in flight; left the domain")
             };
             (
                 P::Drained,
                 vec![
-                    cond(POD_JOINED, false, reasons::LEFT, "left the domain"),
+                    cond(POD_JOINED, false, PodReason::Left, "left the domain"),
                     cond(POD_DRAINED, true, reason, msg),
                 ],
             )

@@ -26,7 +26,7 @@ fn conds(actions: &[Action]) -> Vec<(&'static str, bool)> {
 fn ok_verify() -> Event {
     Event::Verified {
         ok: true,
-        reason: hcomm_crds::contract::PodReason::Verified.as_str(),
+        reason: PodReason::Verified,
         message: "ok".into(),
     }
 }
@@ -61,7 +61,7 @@ fn a_failed_sync_writes_its_reason_raises_an_event_and_never_joins() {
         Event::Start { epoch: 1 },
         ok_verify(),
         Event::WeightsFailed {
-            reason: hcomm_crds::contract::PodReason::DigestMismatch.as_str(),
+            reason: PodReason::DigestMismatch,
             message: "expected sha256:aa, got sha256:bb".into(),
         },
     ]);
@@ -74,14 +74,14 @@ fn a_failed_sync_writes_its_reason_raises_an_event_and_never_joins() {
     ));
     assert!(!actions.iter().any(|a| matches!(a, Action::Join { .. })));
     assert!(actions.iter().any(|a| matches!(a,
-        Action::Condition(c) if c.type_ == POD_WEIGHTS_SYNCED && !c.status && c.reason == hcomm_crds::contract::PodReason::DigestMismatch.as_str())));
+        Action::Condition(c) if c.type_ == POD_WEIGHTS_SYNCED && !c.status && c.reason == PodReason::DigestMismatch)));
     assert!(actions.iter().any(|a| matches!(
         a,
         Action::Event {
             warning: true,
             reason,
             ..
-        } if *reason == hcomm_crds::contract::PodReason::DigestMismatch.as_str()
+        } if *reason == PodReason::DigestMismatch
     )));
 }
 
@@ -91,7 +91,7 @@ fn a_failed_verification_never_syncs_and_keeps_the_gate_false_until_retried() {
         Event::Start { epoch: 1 },
         Event::Verified {
             ok: false,
-            reason: hcomm_crds::contract::PodReason::NicUnreachable.as_str(),
+            reason: PodReason::NicUnreachable,
             message: "mgmt0 ...".into(),
         },
     ]);
@@ -136,12 +136,12 @@ fn a_timed_out_drain_is_recorded_as_such() {
         Action::Event {
             reason,
             ..
-        } if *reason == hcomm_crds::contract::PodReason::DrainTimedOut.as_str()
+        } if *reason == PodReason::DrainTimedOut
     )));
     let (_, a) = step(&p, Event::Left);
     assert!(
         a.iter()
-            .any(|x| matches!(x, Action::Condition(c) if c.reason == hcomm_crds::contract::PodReason::DrainTimedOut.as_str()))
+            .any(|x| matches!(x, Action::Condition(c) if c.reason == PodReason::DrainTimedOut))
     );
 }
 

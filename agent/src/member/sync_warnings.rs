@@ -9,7 +9,7 @@
 
 use std::net::SocketAddr;
 
-use super::weights::reasons;
+use hcomm_crds::contract::PodReason;
 
 /// Longest note published (the Event API caps notes at 1 kB).
 pub const MAX_NOTE: usize = 1000;
@@ -35,7 +35,7 @@ impl SyncWarnings {
     }
 
     /// At most one (reason, note) per reason, corrupt chunks first.
-    pub fn events(&self) -> Vec<(&'static str, String)> {
+    pub fn events(&self) -> Vec<(PodReason, String)> {
         let mut out = Vec::new();
         if !self.corrupt.is_empty() {
             let mut sources: Vec<SocketAddr> = self.corrupt.iter().map(|c| c.1).collect();
@@ -50,7 +50,7 @@ impl SyncWarnings {
                 listed.push(format!("and {} more", self.corrupt.len() - LISTED));
             }
             out.push((
-                reasons::CORRUPT_CHUNK,
+                PodReason::CorruptWeightsChunk,
                 cap(format!(
                     "{} chunk(s) from {} did not match their digests and were fetched again from other sources: {}",
                     self.corrupt.len(),
@@ -67,7 +67,7 @@ impl SyncWarnings {
                 .map(|(s, why, n)| format!("{s}: {why} ({n} chunk(s) requeued)"))
                 .collect();
             out.push((
-                reasons::SOURCE_LOST,
+                PodReason::WeightsSourceLost,
                 cap(format!(
                     "{} weights source(s) given up, their chunks requeued to the others: {}. {}",
                     self.lost.len(),
@@ -129,14 +129,14 @@ mod tests {
         let ev = w.events();
         assert_eq!(ev.len(), 2);
         let (r, corrupt) = &ev[0];
-        assert_eq!(*r, reasons::CORRUPT_CHUNK);
+        assert_eq!(*r, PodReason::CorruptWeightsChunk);
         assert!(
             corrupt.starts_with("21 chunk(s) from 198.18.0.12:7512, 198.18.0.13:7512 "),
             "{corrupt}"
         );
         assert!(corrupt.contains("#0 from 198.18.0.12:7512") && corrupt.contains("and 5 more"));
         let (r, lost) = &ev[1];
-        assert_eq!(*r, reasons::SOURCE_LOST);
+        assert_eq!(*r, PodReason::WeightsSourceLost);
         // Both addresses survive even though the first source's reason is huge.
         assert!(
             lost.starts_with("2 weights source(s) given up, their chunks requeued to the others: 198.18.0.12:7512, 198.18.0.11:7512."),

@@ -12,9 +12,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use super::adapters::{EngineDomain, HubWorker, KubeCluster, NicVerifier, SystemClock};
+use super::adapters::{
+    EngineDomain, HubWorker, KubeCluster, KubeletAllocations, NicVerifier, SystemClock,
+};
 use super::group::GroupView;
-use super::ports::{Clock, Cluster, CommDomain, Verifier, Worker};
+use super::ports::{Allocations, Clock, Cluster, CommDomain, Verifier, Worker};
 use super::ranktable::{ControlPlan, RankTable};
 use super::spec::MemberSpec;
 use super::state::{Action, CondUpdate, Event, Phase, step};
@@ -33,6 +35,7 @@ pub struct Ports {
     pub weights: Arc<dyn WeightsSyncer>,
     pub domain: Box<dyn CommDomain>,
     pub worker: Box<dyn Worker>,
+    pub allocations: Box<dyn Allocations>,
     pub clock: Box<dyn Clock>,
 }
 
@@ -45,6 +48,7 @@ impl Ports {
             weights: ctx.weights.clone(),
             domain: Box::new(EngineDomain::new(ctx.clone(), spec)),
             worker: Box::new(HubWorker::new(ctx.clone(), spec)),
+            allocations: Box::new(KubeletAllocations::new(&ctx.cfg)),
             clock: Box::new(SystemClock),
         }
     }
@@ -61,6 +65,9 @@ pub(super) struct Run {
     pub(super) table: Option<(RankTable, u64)>,
     pub(super) chosen: Option<Chosen>,
     pub(super) plan: Option<ControlPlan>,
+    /// The member's (rank, physical NPU) entries once its allocation was checked
+    /// ([`super::allocation_check`]); None on CPU nodes.
+    pub(super) npu_entries: Option<Vec<(u32, u32)>>,
     drain_seen: bool,
     failures: u32,
     pub(super) weights_path: Option<String>,
@@ -112,6 +119,7 @@ pub async fn drive(
         table: None,
         chosen: None,
         plan: None,
+        npu_entries: None,
         drain_seen: false,
         failures: 0,
         weights_path: None,

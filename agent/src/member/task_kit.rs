@@ -9,14 +9,17 @@ use hcomm_crds::contract::POD_MEMBER_READY;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::fakes::{FakeCluster, FakeDomain, FakeVerifier, FakeWeights, FakeWorker, PausedClock};
+use super::fakes::{
+    FakeAllocations, FakeCluster, FakeDomain, FakeVerifier, FakeWeights, FakeWorker, PausedClock,
+};
 use super::ports::{Clock, JoinError};
 use super::ranktable::RankTable;
 use super::spec::MemberSpec;
-use super::state::{Phase, reasons};
+use super::state::Phase;
 use super::task::{Ports, drive};
 use crate::config::AgentConfig;
 use crate::metrics::Metrics;
+use hcomm_crds::contract::PodReason;
 
 pub const NODE: &str = "node-a";
 
@@ -51,6 +54,7 @@ pub struct Kit {
     pub weights: FakeWeights,
     pub domain: FakeDomain,
     pub worker: FakeWorker,
+    pub allocations: FakeAllocations,
     pub clock: PausedClock,
     pub pod: watch::Sender<Option<MemberSpec>>,
     pub nudge: watch::Sender<()>,
@@ -70,6 +74,7 @@ impl Kit {
             weights: FakeWeights::default(),
             domain: FakeDomain::default(),
             worker: FakeWorker::default(),
+            allocations: FakeAllocations::default(),
             clock: PausedClock::starting_now(),
             pod: watch::Sender::new(Some(member())),
             nudge: watch::Sender::new(()),
@@ -83,6 +88,7 @@ impl Kit {
             weights: Arc::new(self.weights.clone()),
             domain: Box::new(self.domain.clone()),
             worker: Box::new(self.worker.clone()),
+            allocations: Box::new(self.allocations.clone()),
             clock: Box::new(self.clock.clone()),
         };
         let cfg = AgentConfig::new(NODE);
@@ -111,7 +117,7 @@ impl Kit {
 
     pub async fn until_ready(&self) {
         self.until("the gate to open", |k| {
-            k.cluster.condition(POD_MEMBER_READY) == Some((true, reasons::READY))
+            k.cluster.condition(POD_MEMBER_READY) == Some((true, PodReason::MemberReady))
         })
         .await;
     }

@@ -9,10 +9,11 @@ use hcomm_crds::contract::{
 
 use super::fakes::{VerifyScript, synced};
 use super::ports::JoinError;
-use super::state::{Phase, reasons};
+use super::state::Phase;
 use super::task_kit::{Kit, table, waiting};
-use super::weights::{SyncFailure, reasons as sync_reasons};
+use super::weights::SyncFailure;
 use crate::local_api::Notice;
+use hcomm_crds::contract::PodReason;
 
 #[tokio::test(start_paused = true)]
 async fn a_member_is_verified_synced_joined_then_opens_the_gate_in_that_order() {
@@ -22,14 +23,10 @@ async fn a_member_is_verified_synced_joined_then_opens_the_gate_in_that_order() 
     assert_eq!(
         kit.cluster.writes(),
         [
-            (
-                POD_VERIFIED,
-                true,
-                hcomm_crds::contract::PodReason::Verified.as_str()
-            ),
-            (POD_WEIGHTS_SYNCED, true, reasons::WEIGHTS_SYNCED),
-            (POD_JOINED, true, reasons::JOINED),
-            (POD_MEMBER_READY, true, reasons::READY),
+            (POD_VERIFIED, true, PodReason::Verified),
+            (POD_WEIGHTS_SYNCED, true, PodReason::WeightsSynced),
+            (POD_JOINED, true, PodReason::Joined),
+            (POD_MEMBER_READY, true, PodReason::MemberReady),
         ]
     );
     assert_eq!(kit.domain.with(|d| d.serving), Some(1));
@@ -70,26 +67,20 @@ async fn a_failed_verification_writes_verified_false_and_is_retried_after_the_ba
         .script
         .lock()
         .unwrap()
-        .push_back(VerifyScript::Fail(
-            hcomm_crds::contract::PodReason::NicUnreachable.as_str(),
-        ));
+        .push_back(VerifyScript::Fail(PodReason::NicUnreachable));
     let _task = kit.start();
     kit.until("verified=False", |k| {
-        k.cluster.condition(POD_VERIFIED)
-            == Some((
-                false,
-                hcomm_crds::contract::PodReason::NicUnreachable.as_str(),
-            ))
+        k.cluster.condition(POD_VERIFIED) == Some((false, PodReason::NicUnreachable))
     })
     .await;
     assert_eq!(
         kit.cluster.condition(POD_MEMBER_READY),
-        Some((false, reasons::NOT_READY))
+        Some((false, PodReason::NotReady))
     );
     assert!(
         kit.cluster
             .event_reasons()
-            .contains(&hcomm_crds::contract::GroupReason::VerificationFailed.as_str())
+            .contains(&PodReason::VerificationFailed)
     );
     assert_eq!(*kit.weights.finished.lock().unwrap(), 0, "never syncs");
     kit.until_ready().await;
@@ -106,7 +97,7 @@ async fn a_verification_that_never_answers_times_out_as_verified_false() {
     let started = tokio::time::Instant::now();
     let _task = kit.start();
     kit.until("the verification deadline", |k| {
-        k.cluster.condition(POD_VERIFIED) == Some((false, reasons::VERIFY_TIMED_OUT))
+        k.cluster.condition(POD_VERIFIED) == Some((false, PodReason::VerificationTimedOut))
     })
     .await;
     // The group's default connect timeout is 30 s: the backstop is 2 × 30 s + 5 s.
@@ -118,9 +109,9 @@ async fn a_verification_that_never_answers_times_out_as_verified_false() {
 #[tokio::test(start_paused = true)]
 async fn a_lost_weight_source_fails_the_sync_with_warnings_and_the_retry_syncs() {
     let kit = Kit::new();
-    let mut lost = SyncFailure::new(sync_reasons::PEER_FETCH_FAILED, "127.0.0.2:7512 went away");
+    let mut lost = SyncFailure::new(PodReason::PeerFetchFailed, "127.0.0.2:7512 went away");
     lost.warnings
-        .push((sync_reasons::SOURCE_LOST, "127.0.0.2:7512: reset".into()));
+        .push((PodReason::WeightsSourceLost, "127.0.0.2:7512: reset".into()));
     kit.weights
         .script
         .lock()
@@ -128,15 +119,12 @@ async fn a_lost_weight_source_fails_the_sync_with_warnings_and_the_retry_syncs()
         .push_back((Duration::from_secs(3), Err(lost)));
     let _task = kit.start();
     kit.until("weights-synced=False", |k| {
-        k.cluster.condition(POD_WEIGHTS_SYNCED) == Some((false, sync_reasons::PEER_FETCH_FAILED))
+        k.cluster.condition(POD_WEIGHTS_SYNCED) == Some((false, PodReason::PeerFetchFailed))
     })
     .await;
     let events = kit.cluster.event_reasons();
-    assert!(events.contains(&sync_reasons::SOURCE_LOST), "{events:?}");
-    assert!(
-        events.contains(&sync_reasons::PEER_FETCH_FAILED),
-        "{events:?}"
-    );
+    assert!(events.contains(&PodReason::WeightsSourceLost), "{events:?}");
+    assert!(events.contains(&PodReason::PeerFetchFailed), "{events:?}");
     assert!(kit.domain.with(|d| d.attempts.is_empty()), "never joins");
     kit.until_ready().await;
     assert_eq!(*kit.weights.finished.lock().unwrap(), 2);
@@ -177,7 +165,7 @@ async fn a_rejected_epoch_fails_the_join_and_the_retry_joins() {
         .with(|d| d.script.push_back((Duration::ZERO, Err(rejected))));
     let _task = kit.start();
     kit.until("joined=False", |k| {
-        k.cluster.condition(POD_JOINED) == Some((false, reasons::JOIN_FAILED))
+        k.cluster.condition(POD_JOINED) == Some((false, PodReason::JoinFailed))
     })
     .await;
     assert_eq!(
@@ -217,7 +205,7 @@ async fn a_rank_table_for_a_newer_epoch_mid_join_makes_the_member_join_that_epoc
     assert!(
         !kit.cluster
             .writes()
-            .contains(&(POD_JOINED, false, reasons::JOIN_FAILED))
+            .contains(&(POD_JOINED, false, PodReason::JoinFailed))
     );
 }
 
@@ -239,7 +227,7 @@ async fn a_join_that_times_out_while_peers_are_still_arriving_initialises_again(
     assert!(
         !kit.cluster
             .writes()
-            .contains(&(POD_JOINED, false, reasons::JOIN_FAILED))
+            .contains(&(POD_JOINED, false, PodReason::JoinFailed))
     );
 }
 
@@ -252,7 +240,7 @@ async fn a_join_that_times_out_with_no_peer_arriving_fails() {
     });
     let _task = kit.start();
     kit.until("joined=False", |k| {
-        k.cluster.condition(POD_JOINED) == Some((false, reasons::JOIN_FAILED))
+        k.cluster.condition(POD_JOINED) == Some((false, PodReason::JoinFailed))
     })
     .await;
 }
@@ -274,7 +262,7 @@ async fn a_new_epoch_while_ready_rejoins_beside_the_old_one_and_tells_the_worker
     );
     assert_eq!(
         kit.cluster.condition(POD_MEMBER_READY),
-        Some((true, reasons::READY)),
+        Some((true, PodReason::MemberReady)),
         "the gate stays open"
     );
 }
@@ -287,7 +275,7 @@ async fn a_drain_closes_the_gate_waits_for_in_flight_requests_then_leaves_draine
     kit.worker.in_flight.send_replace(Some(3));
     kit.request_drain();
     kit.until("the gate to close", |k| {
-        k.cluster.condition(POD_MEMBER_READY) == Some((false, reasons::DRAINING))
+        k.cluster.condition(POD_MEMBER_READY) == Some((false, PodReason::Draining))
     })
     .await;
     tokio::time::sleep(Duration::from_secs(30)).await;
@@ -295,12 +283,12 @@ async fn a_drain_closes_the_gate_waits_for_in_flight_requests_then_leaves_draine
     assert_eq!(kit.domain.with(|d| d.leaves), 0);
     kit.worker.in_flight.send_replace(Some(0));
     kit.until("drained", |k| {
-        k.cluster.condition(POD_DRAINED) == Some((true, reasons::DRAINED))
+        k.cluster.condition(POD_DRAINED) == Some((true, PodReason::Drained))
     })
     .await;
     assert_eq!(
         kit.cluster.condition(POD_JOINED),
-        Some((false, reasons::LEFT))
+        Some((false, PodReason::Left))
     );
     assert!(kit.domain.with(|d| d.leaves >= 1 && d.serving.is_none()));
     kit.delete_pod();
@@ -318,18 +306,18 @@ async fn a_drain_past_its_deadline_is_recorded_as_drain_timed_out_and_still_leav
     let asked = tokio::time::Instant::now();
     kit.request_drain();
     kit.until("drain timed out", |k| {
-        k.cluster.condition(POD_DRAINED) == Some((true, reasons::DRAIN_TIMED_OUT))
+        k.cluster.condition(POD_DRAINED) == Some((true, PodReason::DrainTimedOut))
     })
     .await;
     assert!(asked.elapsed() >= Duration::from_secs(20));
     assert!(
         kit.cluster
             .event_reasons()
-            .contains(&reasons::DRAIN_TIMED_OUT)
+            .contains(&PodReason::DrainTimedOut)
     );
     assert_eq!(
         kit.cluster.condition(POD_JOINED),
-        Some((false, reasons::LEFT))
+        Some((false, PodReason::Left))
     );
     assert!(kit.domain.with(|d| d.leaves >= 1 && d.serving.is_none()));
 }
@@ -341,9 +329,7 @@ async fn a_drain_before_the_member_served_leaves_without_waiting() {
         .script
         .lock()
         .unwrap()
-        .push_back(VerifyScript::Fail(
-            hcomm_crds::contract::PodReason::NicUnreachable.as_str(),
-        ));
+        .push_back(VerifyScript::Fail(PodReason::NicUnreachable));
     let _task = kit.start();
     kit.until("verified=False", |k| {
         k.cluster.condition(POD_VERIFIED).is_some()
@@ -352,7 +338,7 @@ async fn a_drain_before_the_member_served_leaves_without_waiting() {
     kit.worker.in_flight.send_replace(Some(3));
     kit.request_drain();
     kit.until("drained", |k| {
-        k.cluster.condition(POD_DRAINED) == Some((true, reasons::DRAINED))
+        k.cluster.condition(POD_DRAINED) == Some((true, PodReason::Drained))
     })
     .await;
     let notices = kit.worker.notices.lock().unwrap().clone();
@@ -377,10 +363,213 @@ async fn a_worker_that_never_reports_serving_fails_the_join_instead_of_opening_t
         .send_modify(|p| p.as_mut().unwrap().await_worker = true);
     let _task = kit.start();
     kit.until("joined=False", |k| {
-        k.cluster.condition(POD_JOINED) == Some((false, reasons::JOIN_FAILED))
+        k.cluster.condition(POD_JOINED) == Some((false, PodReason::JoinFailed))
     })
     .await;
     assert_eq!(kit.cluster.condition(POD_MEMBER_READY), None);
     kit.worker.serving.send_replace(true);
     kit.until_ready().await;
+}
+
+// --- The NPU allocation check (kubelet PodResources, device plugin annotation, rank table).
+
+mod allocation {
+    use super::*;
+    use crate::member::allocation::NpuRequest;
+    use crate::member::ranktable::RankTable;
+    use hcomm_crds::contract::ascend::{RESOURCE_ASCEND910, kubelet_device_id};
+    use hcomm_crds::local_api::ProcessAssignment;
+    use hcomm_kubelet::PodResourcesError;
+
+    /// This member holds ranks 0 and 1 on physical NPUs 6 and 4 of node-a; a peer on
+    /// node-b holds rank 2.
+    fn npu_table() -> RankTable {
+        RankTable::parse(
+            r#"{"version":"1.0","status":"completed","server_count":"2","server_list":[
+            {"server_id":"node-a","host_ip":"127.0.0.1","device":[
+              {"device_id":"6","rank_id":"0"},{"device_id":"4","rank_id":"1"}]},
+            {"server_id":"node-b","host_ip":"127.0.0.2","device":[{"device_id":"0","rank_id":"2"}]}]}"#,
+        )
+        .expect("valid table")
+    }
+
+    fn plugin_annotation(devices: &[u32]) -> String {
+        let d: Vec<String> = devices
+            .iter()
+            .map(|i| format!(r#"{{"device_id":"{i}","device_ip":"-1"}}"#))
+            .collect();
+        format!(r#"{{"pod_name":"m-0","devices":[{}]}}"#, d.join(","))
+    }
+
+    fn kubelet(devices: &[u32]) -> Option<Vec<String>> {
+        Some(
+            devices
+                .iter()
+                .map(|i| kubelet_device_id(RESOURCE_ASCEND910, *i))
+                .collect(),
+        )
+    }
+
+    /// A kit whose member requests two NPUs and whose table is [`npu_table`]; the kubelet
+    /// and the plugin say `kubelet` and `plugin`.
+    fn npu_kit(kubelet_says: Option<&[u32]>, plugin_says: Option<&[u32]>) -> Kit {
+        let kit = Kit::new();
+        kit.cluster.with(|s| s.table = Some((npu_table(), 1)));
+        kit.allocations.set(Ok(kubelet_says.and_then(kubelet)));
+        kit.pod.send_modify(|p| {
+            let p = p.as_mut().unwrap();
+            p.devices = Some(vec![6, 4]);
+            p.npu = Some(NpuRequest {
+                resource: RESOURCE_ASCEND910.into(),
+                count: 2,
+            });
+            p.device_allocation = plugin_says.map(plugin_annotation);
+        });
+        kit
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_agreeing_allocation_verifies_and_each_process_gets_its_rank_and_device() {
+        let kit = npu_kit(Some(&[4, 6]), Some(&[4, 6]));
+        let _task = kit.start();
+        kit.until_ready().await;
+        let last = kit
+            .worker
+            .assignments
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .unwrap();
+        assert_eq!(
+            last.processes,
+            vec![
+                ProcessAssignment {
+                    local_rank: 0,
+                    rank_id: 0,
+                    device_id: 1,
+                    physical_device_id: 6
+                },
+                ProcessAssignment {
+                    local_rank: 1,
+                    rank_id: 1,
+                    device_id: 0,
+                    physical_device_id: 4
+                },
+            ],
+            "rank order; logical devices renumbered from 0 in physical order"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_plugin_disagreeing_with_the_kubelet_is_allocation_mismatch_naming_both() {
+        let kit = npu_kit(Some(&[4, 6]), Some(&[4, 5]));
+        let _task = kit.start();
+        kit.until("verified=False", |k| {
+            k.cluster.condition(POD_VERIFIED) == Some((false, PodReason::AllocationMismatch))
+        })
+        .await;
+        let events = kit.cluster.with(|s| s.events.clone());
+        let (warning, reason, message) = events.last().cloned().unwrap();
+        assert!(warning);
+        assert_eq!(reason, PodReason::VerificationFailed);
+        assert!(
+            message.contains("[4,6]") && message.contains("[4,5]"),
+            "{message}"
+        );
+        assert_eq!(kit.domain.with(|d| d.serving), None, "never joined");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rank_table_on_other_devices_is_allocation_mismatch() {
+        let kit = npu_kit(Some(&[0, 1]), Some(&[0, 1]));
+        let _task = kit.start();
+        kit.until("verified=False", |k| {
+            k.cluster.condition(POD_VERIFIED) == Some((false, PodReason::AllocationMismatch))
+        })
+        .await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_kubelet_answer_within_the_deadline_is_allocation_unknown_not_a_hang() {
+        let kit = npu_kit(None, Some(&[4, 6]));
+        kit.allocations.set(Err(PodResourcesError::SocketMissing(
+            "/var/lib/kubelet/pod-resources/missing.sock".into(),
+        )));
+        let started = tokio::time::Instant::now();
+        let _task = kit.start();
+        kit.until("verified=False", |k| {
+            k.cluster.condition(POD_VERIFIED) == Some((false, PodReason::AllocationUnknown))
+        })
+        .await;
+        let timeout = crate::member::domain::DomainConfig::from_comm(&Default::default())
+            .timeouts
+            .connect;
+        let deadline = crate::member::stages::verify_deadline(timeout);
+        assert!(started.elapsed() <= deadline + Duration::from_secs(1));
+        assert!(*kit.allocations.calls.lock().unwrap() > 1, "asked again");
+        let message = kit.cluster.with(|s| s.events.last().cloned().unwrap().2);
+        assert!(message.contains("does not exist"), "{message}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_annotation_written_after_admission_is_waited_for() {
+        let kit = npu_kit(Some(&[4, 6]), None);
+        let _task = kit.start();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(kit.cluster.writes().is_empty(), "still asking");
+        kit.pod.send_modify(|p| {
+            p.as_mut().unwrap().device_allocation = Some(plugin_annotation(&[6, 4]));
+        });
+        kit.until_ready().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_requesting_no_npu_is_not_checked() {
+        let kit = Kit::new();
+        kit.allocations
+            .set(Err(PodResourcesError::SocketMissing("/nowhere".into())));
+        let _task = kit.start();
+        kit.until_ready().await;
+        assert_eq!(*kit.allocations.calls.lock().unwrap(), 0);
+        let last = kit
+            .worker
+            .assignments
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .unwrap();
+        assert_eq!(
+            last.processes,
+            vec![ProcessAssignment {
+                local_rank: 0,
+                rank_id: 0,
+                device_id: 0,
+                physical_device_id: 0
+            }],
+            "CPU members get their processes from the rank table"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_serving_member_is_not_rechecked_when_the_kubelet_goes_away() {
+        let kit = npu_kit(Some(&[4, 6]), Some(&[4, 6]));
+        let _task = kit.start();
+        kit.until_ready().await;
+        let asked = *kit.allocations.calls.lock().unwrap();
+        kit.allocations.set(Err(PodResourcesError::Unavailable {
+            path: "/k.sock".into(),
+            detail: "connection refused".into(),
+        }));
+        kit.cluster.with(|s| s.table = Some((npu_table(), 2)));
+        kit.nudge.send_replace(());
+        kit.until("epoch 2", |k| k.domain.with(|d| d.serving) == Some(2))
+            .await;
+        assert_eq!(*kit.allocations.calls.lock().unwrap(), asked);
+        assert_eq!(
+            kit.cluster.condition(POD_MEMBER_READY),
+            Some((true, PodReason::MemberReady))
+        );
+    }
 }

@@ -15,8 +15,9 @@ use super::spec::MemberSpec;
 use crate::config::Context;
 use crate::nic::probe::{ProbeTarget, probe_all};
 use crate::nic::select::alternatives;
-use crate::nic::verify::{DeviceFacts, Verdict, VerifyFacts, decide, reasons};
+use crate::nic::verify::{DeviceFacts, Verdict, VerifyFacts, decide};
 use crate::nic::{Chosen, IfnameMatcher, NicRule, select_data_nic};
+use hcomm_crds::contract::PodReason;
 
 /// At most this many other interfaces are probed for the hint.
 pub const MAX_ALTERNATIVES: usize = 3;
@@ -28,7 +29,7 @@ pub struct Verified {
     pub plan: Option<ControlPlan>,
 }
 
-fn fail(reason: &'static str, message: String) -> Verified {
+fn fail(reason: PodReason, message: String) -> Verified {
     Verified {
         verdict: Verdict {
             ok: false,
@@ -51,7 +52,7 @@ pub async fn verify(
     let inv = ctx.inventory.read().await.clone();
     let matcher = match socket_ifname.map(IfnameMatcher::parse).transpose() {
         Ok(m) => m,
-        Err(e) => return fail(reasons::NO_DATA_NIC, e.to_string()),
+        Err(e) => return fail(PodReason::NoDataNic, e.to_string()),
     };
     let rule = NicRule {
         socket_ifname: matcher,
@@ -60,11 +61,11 @@ pub async fn verify(
     };
     let chosen = match select_data_nic(&inv.nics, &rule) {
         Ok(c) => c,
-        Err(e) => return fail(reasons::NO_DATA_NIC, e.to_string()),
+        Err(e) => return fail(PodReason::NoDataNic, e.to_string()),
     };
     let Some(devices) = spec.devices.clone() else {
         return fail(
-            reasons::DEVICE_MISMATCH,
+            PodReason::DeviceMismatch,
             "the pod has no valid hcomm.io/devices annotation".into(),
         );
     };
@@ -76,7 +77,7 @@ pub async fn verify(
         ctx.cfg.comm_port_base,
     ) {
         Ok(p) => p,
-        Err(e) => return fail(reasons::DEVICE_MISMATCH, format!("rank table: {e}")),
+        Err(e) => return fail(PodReason::DeviceMismatch, format!("rank table: {e}")),
     };
     let targets: Vec<ProbeTarget> = plan
         .peers

@@ -9,24 +9,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 
 use hcomm_crds::WeightsSpec;
-
-/// Reasons of `hcomm.io/weights-synced=False` (and of the sync Events).
-pub mod reasons {
-    /// The declared source (or a peer's manifest) does not hash to `spec.weights.digest`.
-    pub const DIGEST_MISMATCH: &str = hcomm_crds::contract::PodReason::DigestMismatch.as_str();
-    /// No peer serves the set and the declared source cannot be read by the agent.
-    pub const NO_SOURCE: &str = hcomm_crds::contract::PodReason::NoWeightsSource.as_str();
-    /// The peers that hold the set could not deliver it (lost, timed out, refused).
-    pub const PEER_FETCH_FAILED: &str = hcomm_crds::contract::PodReason::PeerFetchFailed.as_str();
-    /// `spec.weights` is malformed (e.g. the digest is not `sha256:<64 hex>`).
-    pub const INVALID_SPEC: &str = hcomm_crds::contract::PodReason::InvalidWeightsSpec.as_str();
-    /// Anything else (local I/O, no verified interface).
-    pub const SYNC_FAILED: &str = super::super::state::reasons::SYNC_FAILED;
-    /// A peer sent a chunk that did not hash right (refetched elsewhere): a warning Event.
-    pub const CORRUPT_CHUNK: &str = hcomm_crds::contract::PodReason::CorruptWeightsChunk.as_str();
-    /// A peer was given up during the transfer (its chunks went elsewhere): a warning Event.
-    pub const SOURCE_LOST: &str = hcomm_crds::contract::PodReason::WeightsSourceLost.as_str();
-}
+use hcomm_crds::contract::PodReason;
 
 /// What a sync is asked to do.
 #[derive(Debug, Clone)]
@@ -55,20 +38,20 @@ pub struct WeightsOutcome {
     pub message: String,
     /// Warnings worth a Kubernetes Event (reason, message): corrupt chunks, lost sources;
     /// at most one per reason, naming every source involved.
-    pub warnings: Vec<(&'static str, String)>,
+    pub warnings: Vec<(PodReason, String)>,
 }
 
-/// A failed sync: a fixed reason (see [`reasons`]) and a message naming what failed.
+/// A failed sync: a fixed [`PodReason`] and a message naming what failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncFailure {
-    pub reason: &'static str,
+    pub reason: PodReason,
     pub message: String,
     /// Warnings gathered before the failure.
-    pub warnings: Vec<(&'static str, String)>,
+    pub warnings: Vec<(PodReason, String)>,
 }
 
 impl SyncFailure {
-    pub fn new(reason: &'static str, message: impl Into<String>) -> SyncFailure {
+    pub fn new(reason: PodReason, message: impl Into<String>) -> SyncFailure {
         SyncFailure {
             reason,
             message: message.into(),

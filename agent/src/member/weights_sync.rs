@@ -24,10 +24,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hcomm_crds::contract::PodReason;
+
 use super::sync_warnings::SyncWarnings;
-use super::weights::{
-    SyncFailure, SyncFuture, WeightsOutcome, WeightsRequest, WeightsSyncer, reasons,
-};
+use super::weights::{SyncFailure, SyncFuture, WeightsOutcome, WeightsRequest, WeightsSyncer};
 use crate::weights::{
     CurrentLink, DEFAULT_CHUNK_SIZE, Digest, FetchRequest, GroupSecret, Manifest, Progress,
     SyncEvent, Timeouts, WeightStore, WeightsError, fetch,
@@ -67,14 +67,14 @@ pub fn local_source(source: &str) -> Option<PathBuf> {
 }
 
 /// The fixed reason a weights error is reported with (pure).
-pub fn reason_of(e: &WeightsError) -> &'static str {
+pub fn reason_of(e: &WeightsError) -> PodReason {
     match e {
-        WeightsError::DigestMismatch { .. } => reasons::DIGEST_MISMATCH,
+        WeightsError::DigestMismatch { .. } => PodReason::DigestMismatch,
         WeightsError::NoSources { .. }
         | WeightsError::Timeout { .. }
         | WeightsError::Auth { .. }
-        | WeightsError::Protocol { .. } => reasons::PEER_FETCH_FAILED,
-        WeightsError::Io { .. } | WeightsError::Invalid(_) => reasons::SYNC_FAILED,
+        | WeightsError::Protocol { .. } => PodReason::PeerFetchFailed,
+        WeightsError::Io { .. } | WeightsError::Invalid(_) => PodReason::SyncFailed,
     }
 }
 
@@ -84,7 +84,7 @@ pub enum AfterPeers {
     /// No peer served the manifest: this is one of the group's first members; import.
     Import(PathBuf),
     /// Give up with (reason, message).
-    Fail(&'static str, String),
+    Fail(PodReason, String),
 }
 
 /// Source-vs-peers decision after a failed peer fetch (pure): only when no peer served
@@ -100,7 +100,7 @@ pub fn after_peers(manifest_obtained: bool, err: &WeightsError, source: &str) ->
     match local_source(source) {
         Some(p) => AfterPeers::Import(p),
         None => AfterPeers::Fail(
-            reasons::NO_SOURCE,
+            PodReason::NoWeightsSource,
             format!(
                 "no peer serves the weights ({err}) and the declared source {source:?} is not a local directory this agent can import"
             ),
@@ -180,7 +180,7 @@ impl EngineSyncer {
             store.activate(&digest, &l)
         })
         .await
-        .map_err(|e| SyncFailure::new(reasons::SYNC_FAILED, format!("import task: {e}")))?;
+        .map_err(|e| SyncFailure::new(PodReason::SyncFailed, format!("import task: {e}")))?;
         match r {
             Ok(path) => {
                 let bytes = self.set_bytes(&digest);
@@ -221,7 +221,7 @@ impl EngineSyncer {
         let spec = req.spec.as_ref().expect("checked by the caller");
         let started = Instant::now();
         let link = CurrentLink::group(&req.namespace, &req.group)
-            .map_err(|e| SyncFailure::new(reasons::SYNC_FAILED, e.to_string()))?;
+            .map_err(|e| SyncFailure::new(PodReason::SyncFailed, e.to_string()))?;
         if self.store.is_complete(&digest) {
             let path = self
                 .store
@@ -246,7 +246,7 @@ impl EngineSyncer {
                         .await
                 }
                 None => Err(SyncFailure::new(
-                    reasons::NO_SOURCE,
+                    PodReason::NoWeightsSource,
                     format!(
                         "no peer may hold the weights and the declared source {:?} is not a local directory this agent can import",
                         spec.source
@@ -360,7 +360,10 @@ impl WeightsSyncer for EngineSyncer {
                 });
             };
             let digest: Digest = spec.digest.trim().parse().map_err(|e: WeightsError| {
-                SyncFailure::new(reasons::INVALID_SPEC, format!("spec.weights.digest: {e}"))
+                SyncFailure::new(
+                    PodReason::InvalidWeightsSpec,
+                    format!("spec.weights.digest: {e}"),
+                )
             })?;
             let lock = self.lock_for(&digest);
             let _guard = lock.lock().await;

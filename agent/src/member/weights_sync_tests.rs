@@ -62,13 +62,13 @@ fn first_members_import_from_the_source_only_when_no_peer_serves_the_manifest() 
     let AfterPeers::Fail(reason, msg) = after_peers(false, &no_sources(), "https://hub/m1") else {
         panic!("expected a failure")
     };
-    assert_eq!(reason, reasons::NO_SOURCE);
+    assert_eq!(reason, PodReason::NoWeightsSource);
     assert!(msg.contains("https://hub/m1"), "{msg}");
     // A peer holds it but the transfer failed: a peer failure, no silent fallback.
     let AfterPeers::Fail(reason, _) = after_peers(true, &no_sources(), "/models/m1") else {
         panic!("expected a failure")
     };
-    assert_eq!(reason, reasons::PEER_FETCH_FAILED);
+    assert_eq!(reason, PodReason::PeerFetchFailed);
 }
 
 #[test]
@@ -79,14 +79,11 @@ fn errors_map_to_fixed_reasons() {
         expected: Digest::of(b"a"),
         actual: Digest::of(b"b"),
     };
-    assert_eq!(
-        reason_of(&mismatch),
-        hcomm_crds::contract::PodReason::DigestMismatch.as_str()
-    );
-    assert_eq!(reason_of(&no_sources()), reasons::PEER_FETCH_FAILED);
+    assert_eq!(reason_of(&mismatch), PodReason::DigestMismatch);
+    assert_eq!(reason_of(&no_sources()), PodReason::PeerFetchFailed);
     assert_eq!(
         reason_of(&WeightsError::Invalid("x".into())),
-        reasons::SYNC_FAILED
+        PodReason::SyncFailed
     );
 }
 
@@ -144,10 +141,7 @@ async fn the_first_member_imports_a_verified_set_and_a_wrong_digest_is_refused()
         .sync(&req(spec(Digest::of(b"other").to_string()), vec![]))
         .await
         .unwrap_err();
-    assert_eq!(
-        bad.reason,
-        hcomm_crds::contract::PodReason::DigestMismatch.as_str()
-    );
+    assert_eq!(bad.reason, PodReason::DigestMismatch);
     assert!(bad.message.contains(&digest.to_string()), "{}", bad.message);
     let link = |st: &WeightStore| st.link_path(&CurrentLink::group("ns", "g").unwrap());
     assert!(!link(s.store()).exists());
@@ -179,7 +173,7 @@ async fn the_first_member_imports_a_verified_set_and_a_wrong_digest_is_refused()
         .sync(&req(spec("sha256:zz".into()), vec![]))
         .await
         .unwrap_err();
-    assert_eq!(garbage.reason, reasons::INVALID_SPEC);
+    assert_eq!(garbage.reason, PodReason::InvalidWeightsSpec);
     let _ = std::fs::remove_dir_all(&tmp);
 }
 

@@ -4,19 +4,10 @@
 //! [`crate::member::verify`].
 
 use hcomm_crds::SoftwareVersions;
+use hcomm_crds::contract::PodReason;
 use hcomm_crds::node::UNKNOWN_VERSION;
 
 use super::probe::ProbeOutcome;
-
-/// Fixed reasons on `hcomm.io/verified`.
-pub mod reasons {
-    pub const VERIFIED: &str = hcomm_crds::contract::PodReason::Verified.as_str();
-    pub const NIC_UNREACHABLE: &str = hcomm_crds::contract::PodReason::NicUnreachable.as_str();
-    pub const NO_DATA_NIC: &str = hcomm_crds::contract::PodReason::NoDataNic.as_str();
-    pub const DEVICE_MISMATCH: &str = hcomm_crds::contract::PodReason::DeviceMismatch.as_str();
-    pub const VERSION_MISMATCH: &str = hcomm_crds::contract::PodReason::VersionMismatch.as_str();
-    pub const SHM_TOO_SMALL: &str = hcomm_crds::contract::PodReason::ShmTooSmall.as_str();
-}
 
 /// What the member's devices look like from every side.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -50,7 +41,7 @@ pub struct VerifyFacts {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
     pub ok: bool,
-    pub reason: &'static str,
+    pub reason: PodReason,
     pub message: String,
 }
 
@@ -203,11 +194,11 @@ fn shm_failure(f: &VerifyFacts) -> Option<String> {
 /// Decides. Every failing check is in the message; the reason is the first of
 /// NicUnreachable, DeviceMismatch, VersionMismatch, ShmTooSmall.
 pub fn decide(f: &VerifyFacts) -> Verdict {
-    let failures: Vec<(&'static str, String)> = [
-        (reasons::NIC_UNREACHABLE, nic_failure(f)),
-        (reasons::DEVICE_MISMATCH, device_failure(&f.devices)),
-        (reasons::VERSION_MISMATCH, version_failure(f)),
-        (reasons::SHM_TOO_SMALL, shm_failure(f)),
+    let failures: Vec<(PodReason, String)> = [
+        (PodReason::NicUnreachable, nic_failure(f)),
+        (PodReason::DeviceMismatch, device_failure(&f.devices)),
+        (PodReason::VersionMismatch, version_failure(f)),
+        (PodReason::ShmTooSmall, shm_failure(f)),
     ]
     .into_iter()
     .filter_map(|(r, m)| m.map(|m| (r, m)))
@@ -215,7 +206,7 @@ pub fn decide(f: &VerifyFacts) -> Verdict {
     match failures.first() {
         None => Verdict {
             ok: true,
-            reason: reasons::VERIFIED,
+            reason: PodReason::Verified,
             message: format!(
                 "data interface {} reaches all {} peers; devices {} match; versions and /dev/shm ok",
                 f.interface,
@@ -223,7 +214,7 @@ pub fn decide(f: &VerifyFacts) -> Verdict {
                 join(&f.devices.assigned)
             ),
         },
-        Some((reason, _)) => Verdict {
+        Some(&(reason, _)) => Verdict {
             ok: false,
             reason,
             message: failures
@@ -276,7 +267,7 @@ mod tests {
     fn all_checks_passing_is_verified() {
         let v = decide(&healthy());
         assert!(v.ok, "{v:?}");
-        assert_eq!(v.reason, hcomm_crds::contract::PodReason::Verified.as_str());
+        assert_eq!(v.reason, PodReason::Verified);
     }
 
     #[test]
@@ -287,10 +278,7 @@ mod tests {
         f.alternatives = vec![outcome("data0", "host-2", "198.18.0.12:29499", true)];
         let v = decide(&f);
         assert!(!v.ok);
-        assert_eq!(
-            v.reason,
-            hcomm_crds::contract::PodReason::NicUnreachable.as_str()
-        );
+        assert_eq!(v.reason, PodReason::NicUnreachable);
         for part in [
             "mgmt0",
             "host-2",
@@ -322,10 +310,7 @@ mod tests {
         let mut f = healthy();
         f.devices.visible = Some(vec![1, 0]);
         let v = decide(&f);
-        assert_eq!(
-            v.reason,
-            hcomm_crds::contract::PodReason::DeviceMismatch.as_str()
-        );
+        assert_eq!(v.reason, PodReason::DeviceMismatch);
         assert!(
             v.message.contains("ASCEND_VISIBLE_DEVICES=1,0"),
             "{}",
@@ -340,10 +325,7 @@ mod tests {
         f.devices.visible = None;
         f.devices.rank_table = Some(vec![6, 7]);
         let v = decide(&f);
-        assert_eq!(
-            v.reason,
-            hcomm_crds::contract::PodReason::DeviceMismatch.as_str()
-        );
+        assert_eq!(v.reason, PodReason::DeviceMismatch);
         assert!(
             v.message.contains("[6,7] are not on this node"),
             "{}",
@@ -368,10 +350,7 @@ mod tests {
         );
         f.local_versions.cann = "8.0.RC3".into();
         let v = decide(&f);
-        assert_eq!(
-            v.reason,
-            hcomm_crds::contract::PodReason::VersionMismatch.as_str()
-        );
+        assert_eq!(v.reason, PodReason::VersionMismatch);
         assert!(
             v.message.contains("CANN 8.0.RC3 here, 8.0.RC2 on host-1"),
             "{}",
@@ -384,10 +363,7 @@ mod tests {
         let mut f = healthy();
         f.shm_bytes = Some(16 << 20);
         let v = decide(&f);
-        assert_eq!(
-            v.reason,
-            hcomm_crds::contract::PodReason::ShmTooSmall.as_str()
-        );
+        assert_eq!(v.reason, PodReason::ShmTooSmall);
         assert!(v.message.contains("16 MiB"));
         f.shm_bytes = None;
         assert!(decide(&f).ok);
@@ -399,10 +375,7 @@ mod tests {
         f.probes[0] = outcome("data0", "host-1", "198.18.0.11:29499", false);
         f.shm_bytes = Some(1);
         let v = decide(&f);
-        assert_eq!(
-            v.reason,
-            hcomm_crds::contract::PodReason::NicUnreachable.as_str()
-        );
+        assert_eq!(v.reason, PodReason::NicUnreachable);
         assert!(v.message.contains("/dev/shm"));
     }
 

@@ -41,6 +41,17 @@ string_enum! {
         NoRankTable => "NoRankTable",
         /// Verification did not finish within its deadline.
         VerificationTimedOut => "VerificationTimedOut",
+        /// Verification failed (the Event that carries the failing check's reason).
+        VerificationFailed => "VerificationFailed",
+        /// The group's `comm.backend` is `hccl` and the HCCL runtime cannot be loaded on
+        /// the node.
+        HcclUnavailable => "HcclUnavailable",
+        /// The NPUs the kubelet allocated to the Pod, the device plugin's allocation
+        /// annotation and the rank table's devices for the member disagree.
+        AllocationMismatch => "AllocationMismatch",
+        /// The Pod requests NPUs but which ones it got (kubelet PodResources, device
+        /// plugin annotation) was not known within the verification deadline.
+        AllocationUnknown => "AllocationUnknown",
         /// The weights are in place and verified.
         WeightsSynced => "WeightsSynced",
         /// Syncing the weights failed.

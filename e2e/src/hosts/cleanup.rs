@@ -42,7 +42,7 @@ pub fn cleanup_stale(prefix: &str) -> Result<Vec<String>> {
     let (bridges, veths): (Vec<String>, Vec<String>) = list_links()?
         .into_iter()
         .filter(|l| l.starts_with(prefix))
-        .partition(|l| l.ends_with("bd") || l.ends_with("bm"));
+        .partition(|l| l.ends_with("bd") || l.ends_with("bm") || l.ends_with("bn"));
     for name in veths.iter().chain(&namespaces).chain(&bridges) {
         let result = if namespaces.contains(name) {
             delete_netns(name)

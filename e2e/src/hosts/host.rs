@@ -17,6 +17,7 @@ pub struct SimHost {
     pub(crate) mgmt_ip: Ipv4Addr,
     pub(crate) data_if: String,
     pub(crate) mgmt_if: String,
+    pub(crate) npus: Vec<super::npu::NpuDevice>,
 }
 
 impl SimHost {
@@ -47,6 +48,11 @@ impl SimHost {
     /// Management NIC name as the host sees it (`mgmt0`; `lo` for loopback hosts).
     pub fn mgmt_interface(&self) -> &str {
         &self.mgmt_if
+    }
+
+    /// The host's NPU ports (empty without an NPU fabric, and for loopback hosts).
+    pub fn npus(&self) -> &[super::npu::NpuDevice] {
+        &self.npus
     }
 
     /// A command that runs `program` inside this host (`ip netns exec <ns> program`);

@@ -81,21 +81,7 @@ impl SimHosts {
     /// "No route to host".
     fn settle(&self, host: usize, link: Link, bridge: &str) -> Result<()> {
         let (ns, nic, _) = self.link_parts(host, link, "cutting links")?;
-        let start = Instant::now();
-        loop {
-            let state = ip_in(&ns, &["-o", "link", "show", "dev", &nic])?;
-            if state.contains("LOWER_UP") && !state.contains("NO-CARRIER") {
-                break;
-            }
-            if start.elapsed() > SETTLE_DEADLINE {
-                return Err(Error::Command {
-                    command: format!("ip -n {ns} link show dev {nic}"),
-                    status: format!("no carrier {SETTLE_DEADLINE:?} after restoring the link"),
-                    stderr: state.trim().to_owned(),
-                });
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
+        wait_carrier(&ns, &nic)?;
         ip(&["neigh", "flush", "dev", bridge])?;
         for h in &self.hosts {
             let (ns, nic, _) = self.link_parts(h.index, link, "cutting links")?;
@@ -148,5 +134,25 @@ impl SimHosts {
             Link::Data => (ns, h.data_if.clone(), names.data_veth(host)),
             Link::Mgmt => (ns, h.mgmt_if.clone(), names.mgmt_veth(host)),
         })
+    }
+}
+
+/// Waits (bounded) until `nic` inside `ns` has carrier again; the kernel reports a
+/// restored peer asynchronously.
+pub(super) fn wait_carrier(ns: &str, nic: &str) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let state = ip_in(ns, &["-o", "link", "show", "dev", nic])?;
+        if state.contains("LOWER_UP") && !state.contains("NO-CARRIER") {
+            return Ok(());
+        }
+        if start.elapsed() > SETTLE_DEADLINE {
+            return Err(Error::Command {
+                command: format!("ip -n {ns} link show dev {nic}"),
+                status: format!("no carrier {SETTLE_DEADLINE:?} after restoring the link"),
+                stderr: state.trim().to_owned(),
+            });
+        }
+        thread::sleep(Duration::from_millis(10));
     }
 }

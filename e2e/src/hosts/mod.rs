@@ -10,7 +10,12 @@
 //!  bridge <prefix>bd  198.18.k.1/24  ── veth <prefix>d<i> ══ data0  198.18.k.(10+i)/24
 //!  bridge <prefix>bm  198.19.k.1/24  ── veth <prefix>m<i> ══ mgmt0  198.19.k.(10+i)/24
 //!                                                             lo     127.0.0.1 (up)
+//!  bridge <prefix>bn  (no address)  ── veth <prefix>n<16i+N> ═ npu<N> 192.168.i.(10+N)/16
 //! ```
+//!
+//! The last line only with [`SimHostsOptions::npus`]: each NPU's own RoCE port on an NPU
+//! fabric of its own (see [`npu`]), described by the host's `/etc/hccn.conf`
+//! ([`hccn_conf`]) and answered for by the `hccn_tool` simulator ([`hccn_sim`]).
 //!
 //! Hosts have only their two connected routes — no default route, so nothing leaves the
 //! sandbox. Processes in the root namespace (API server, operator, tests) reach hosts on
@@ -29,10 +34,13 @@
 
 mod cleanup;
 mod error;
+pub mod hccn_conf;
+pub mod hccn_sim;
 mod host;
 mod links;
 mod naming;
 mod netns;
+pub mod npu;
 mod podnet;
 mod process;
 mod shaping;
@@ -43,7 +51,8 @@ pub use cleanup::{cleanup_orphans, cleanup_stale};
 pub use error::{Error, Result};
 pub use host::SimHost;
 pub use links::{Link, LinkState};
-pub use naming::{MAX_HOSTS, ROOT_PREFIX, SubnetIndex, Subnets};
+pub use naming::{MAX_HOSTS, MAX_NPUS, ROOT_PREFIX, SubnetIndex, Subnets};
+pub use npu::NpuDevice;
 pub use process::HostProcess;
 pub use shaping::Shaping;
 
@@ -84,6 +93,8 @@ pub struct SimHostsOptions {
     pub data_shaping: Shaping,
     /// Shaping applied to every host's management link at creation.
     pub mgmt_shaping: Shaping,
+    /// NPU ports per host on an NPU fabric (0..=[`MAX_NPUS`]; 0 = no fabric).
+    pub npus: u32,
 }
 
 impl SimHostsOptions {
@@ -94,7 +105,14 @@ impl SimHostsOptions {
             subnet: SubnetIndex::Auto,
             data_shaping: Shaping::default(),
             mgmt_shaping: Shaping::default(),
+            npus: 0,
         }
+    }
+
+    /// Gives every host `npus` NPU ports on an NPU fabric.
+    pub fn npus(mut self, npus: u32) -> Self {
+        self.npus = npus;
+        self
     }
 
     /// Uses exactly this subnet index.
@@ -138,6 +156,12 @@ impl SimHosts {
         }
         options.data_shaping.validate()?;
         options.mgmt_shaping.validate()?;
+        if options.npus > MAX_NPUS {
+            return Err(Error::InvalidOptions(format!(
+                "npus must be 0..={MAX_NPUS}, got {}",
+                options.npus
+            )));
+        }
         netns::check_permitted()?;
         let prefix = naming::new_prefix();
         // Anything under our prefix belongs to a dead process that had our pid.
@@ -169,8 +193,15 @@ impl SimHosts {
                 ip(&["link", "set", &bridge, "up"])?;
             }
         }
+        if options.npus > 0 {
+            this.build_npu_bridge()?;
+        }
         for i in 0..options.hosts {
-            let host = this.build_host(i)?;
+            let mut host = this.build_host(i)?;
+            if options.npus > 0 {
+                let ns = host.netns.clone().unwrap_or_default();
+                host.npus = this.build_npus(i, &ns, options.npus)?;
+            }
             this.hosts.push(host);
             this.shape_link(i, Link::Data, options.data_shaping)?;
             this.shape_link(i, Link::Mgmt, options.mgmt_shaping)?;
@@ -223,6 +254,7 @@ impl SimHosts {
             mgmt_ip: in_subnet(self.subnets.mgmt, last),
             data_if: DATA_IF.into(),
             mgmt_if: MGMT_IF.into(),
+            npus: Vec::new(),
         })
     }
 
@@ -251,6 +283,7 @@ impl SimHosts {
                     mgmt_ip: in_subnet(subnets.mgmt, last),
                     data_if: "lo".into(),
                     mgmt_if: "lo".into(),
+                    npus: Vec::new(),
                 }
             })
             .collect();

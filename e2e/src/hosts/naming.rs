@@ -27,6 +27,8 @@ pub(crate) const PREFIX_LEN: usize = ROOT_PREFIX.len() + PID_CHARS + SEQ_CHARS;
 pub(crate) const FIRST_HOST: u8 = 10;
 /// Most hosts one instance can hold (.10 ..= .249).
 pub const MAX_HOSTS: usize = 240;
+/// Most NPU ports one host can have (a 16-NPU A3 node); bounds the NPU veth numbers.
+pub const MAX_NPUS: u32 = 16;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
@@ -47,7 +49,8 @@ pub(crate) fn owner_pid(name: &str) -> Option<u32> {
 }
 
 /// The run prefix of a resource this harness names (`<prefix>-h<i>`, `<prefix>bd`,
-/// `<prefix>bm`, `<prefix>d<i>`, `<prefix>m<i>`), or `None` for any other name — so
+/// `<prefix>bm`, `<prefix>d<i>`, `<prefix>m<i>`, and the NPU fabric's `<prefix>bn`,
+/// `<prefix>n<k>`), or `None` for any other name — so
 /// orphan cleanup never touches an unrelated interface that merely starts with `hcs`.
 pub(crate) fn run_prefix_of(name: &str) -> Option<&str> {
     let prefix = name.get(..PREFIX_LEN)?;
@@ -63,8 +66,14 @@ pub(crate) fn run_prefix_of(name: &str) -> Option<&str> {
         rest.strip_prefix(tag)
             .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
     };
-    (rest == "bd" || rest == "bm" || numbered("-h") || numbered("d") || numbered("m"))
-        .then_some(prefix)
+    (rest == "bd"
+        || rest == "bm"
+        || rest == "bn"
+        || numbered("-h")
+        || numbered("d")
+        || numbered("m")
+        || numbered("n"))
+    .then_some(prefix)
 }
 
 fn base36(mut n: u32, width: usize) -> String {
@@ -96,6 +105,15 @@ impl Names<'_> {
     /// Bridge-side end of host `i`'s management veth.
     pub fn mgmt_veth(&self, i: usize) -> String {
         format!("{}m{i}", self.0)
+    }
+    /// The NPU fabric's bridge.
+    pub fn npu_bridge(&self) -> String {
+        format!("{}bn", self.0)
+    }
+    /// Bridge-side end of host `i`'s NPU `n` veth (one number, so the name stays within
+    /// `IFNAMSIZ` and of a shape cleanup recognises).
+    pub fn npu_veth(&self, i: usize, n: u32) -> String {
+        format!("{}n{}", self.0, i * MAX_NPUS as usize + n as usize)
     }
 }
 
@@ -227,6 +245,8 @@ mod tests {
             n.mgmt_bridge(),
             n.data_veth(MAX_HOSTS - 1),
             n.mgmt_veth(MAX_HOSTS - 1),
+            n.npu_bridge(),
+            n.npu_veth(MAX_HOSTS - 1, MAX_NPUS - 1),
         ] {
             assert!(name.len() <= 15, "{name} is longer than IFNAMSIZ-1");
         }
@@ -248,6 +268,8 @@ mod tests {
             n.mgmt_bridge(),
             n.data_veth(12),
             n.mgmt_veth(0),
+            n.npu_bridge(),
+            n.npu_veth(7, 3),
         ] {
             assert_eq!(run_prefix_of(&name), Some(p.as_str()), "{name}");
         }

@@ -18,14 +18,16 @@ pub const OPERATOR: &str = "hcomm-operator";
 pub const WORKER: &str = "hcomm-worker";
 /// The reference router and load generator (`examples/pool`).
 pub const ROUTER: &str = "hcomm-router";
+/// The testbed's `hccn_tool` simulator (an hcomm-e2e binary).
+pub const HCCN_TOOL_SIM: &str = "hccn-tool-sim";
 
 /// Builds the programs the testbed runs (`cargo build --bins` of the agent, operator and
-/// the reference worker and router) with the Cargo that runs this program (`$CARGO`), in
+/// the reference worker and router, and this crate's hccn_tool simulator) with the Cargo that runs this program (`$CARGO`), in
 /// the same target folder — for binaries started with `cargo run`, which builds only
 /// their own package. Prints nothing unless the build fails.
 pub fn build_programs() -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let what = "cargo build --bins -p hcomm-agent -p hcomm-operator -p hcomm-examples";
+    let what = "cargo build --bins -p hcomm-agent -p hcomm-operator -p hcomm-examples -p hcomm-e2e";
     let mut cmd = std::process::Command::new(cargo);
     cmd.args(["build", "--quiet", "--bins"])
         .args([
@@ -35,6 +37,9 @@ pub fn build_programs() -> Result<()> {
             "hcomm-operator",
             "-p",
             "hcomm-examples",
+            // The hccn_tool simulator the hosts' wrappers run.
+            "-p",
+            "hcomm-e2e",
         ])
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
     // The same profile as the caller, so the programs land next to it.

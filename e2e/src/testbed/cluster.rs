@@ -2,7 +2,8 @@
 //! real operator needs it: a control plane reachable from the simulated hosts, hcomm's
 //! CRDs, one (kwok) Node per host, the Helm chart's RBAC, namespace and agents' Secret
 //! (installed with the real `helm`), and kubeconfigs acting as the chart's agent and
-//! operator ServiceAccounts — so whatever RBAC the chart forgot fails the test.
+//! operator ServiceAccounts — so whatever RBAC the chart forgot fails the test. Nodes
+//! may advertise NPUs as the Ascend device plugin would ([`super::npus`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 use hcomm_crds::HcommNode;
 use kube::Api;
 
-use super::{Error, Result};
+use super::{Error, Result, npus};
 use crate::chart;
 use crate::controlplane::{ControlPlane, ControlPlaneOptions};
 use crate::hosts::{SimHost, SimHosts};
@@ -28,6 +29,9 @@ pub struct ChartClusterOptions {
     pub pod_cidr: Option<String>,
     /// `--set` values for the chart beyond `agent.mode=cpu`.
     pub chart_values: Vec<String>,
+    /// NPUs each host's Node advertises (`huawei.com/Ascend910`, with the device plugin's
+    /// node labels; see [`super::npus`]); 0 for plain CPU Nodes.
+    pub npus_per_node: u32,
 }
 
 /// A running control plane with the chart installed.
@@ -58,8 +62,16 @@ impl ChartCluster {
         .await?;
         cp.install_crds(&hcomm_crds::all_crds()).await?;
         if cp.has_kwok() {
+            let labels = if options.npus_per_node > 0 {
+                npus::node_labels()
+            } else {
+                BTreeMap::new()
+            };
             for h in hosts.hosts() {
-                cp.create_fake_node(h.name(), BTreeMap::new()).await?;
+                cp.create_fake_node(h.name(), labels.clone()).await?;
+                if options.npus_per_node > 0 {
+                    npus::advertise(cp.client().await?, h.name(), options.npus_per_node).await?;
+                }
             }
         }
         let mut values = vec!["agent.mode=cpu"];

@@ -5,6 +5,11 @@
 //! as processes inside the host's network namespace, restarting them if they exit
 //! (`restartPolicy: Always`). When the Pod is deleted it sends SIGTERM, waits out the
 //! grace period (capped), kills, and removes the address.
+//!
+//! With a [`DevicePlugin`] it also admits Pods that request NPUs as a kubelet with the
+//! Ascend device plugin does: devices allocated and the plugin's annotations written
+//! before any container starts, `ASCEND_VISIBLE_DEVICES` in the containers' env, the
+//! devices freed when the Pod goes (see [`super::device_plugin`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
@@ -16,18 +21,23 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher::{self, Event};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::device_plugin::{self, Admitted, DevicePlugin, PodAllocation};
 use super::launch::{self, Launch};
 use crate::hosts::SimHosts;
+use crate::hosts::hccn_sim::root::AscendRoot;
 
 /// Longest grace a deleted Pod's processes get before SIGKILL.
 const MAX_GRACE: Duration = Duration::from_secs(10);
 /// Pause before restarting a process that exited.
 const RESTART_BACKOFF: Duration = Duration::from_secs(1);
+/// Deadline of the device plugin's annotation patch.
+const ANNOTATE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Where a node's files live and which simulated host it is.
 #[derive(Debug, Clone)]
@@ -47,6 +57,8 @@ pub struct KubeletConfig {
     pub programs: BTreeMap<String, PathBuf>,
     /// Folder for each process' log (`<namespace>_<pod>_<container>.log`).
     pub log_dir: PathBuf,
+    /// The device-plugin stand-in, when nodes have NPUs.
+    pub device_plugin: Option<DevicePlugin>,
 }
 
 /// One process the kubelet started, as tests see it.
@@ -77,6 +89,8 @@ impl Kubelet {
         let (shutdown, rx) = watch::channel(false);
         let view = Arc::new(Mutex::new(BTreeMap::new()));
         let state = State {
+            client: client.clone(),
+            annotated: std::collections::HashSet::new(),
             hosts,
             config,
             pods: HashMap::new(),
@@ -130,6 +144,9 @@ struct Proc {
 }
 
 struct State {
+    client: kube::Client,
+    /// Pod UIDs whose device annotations are written.
+    annotated: std::collections::HashSet<String>,
     hosts: Arc<SimHosts>,
     config: KubeletConfig,
     /// Pod UID → what runs for it.
@@ -186,7 +203,11 @@ impl State {
         let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
             return;
         };
+        let node_name = node.to_owned();
         let Some(node) = self.config.nodes.get(node).cloned() else {
+            return;
+        };
+        let Ok(allocation) = self.admit(pod, &uid, &node_name, &node).await else {
             return;
         };
         let Some(ip) = pod
@@ -197,7 +218,10 @@ impl State {
         else {
             return;
         };
-        let (launches, _) = launch::plan(pod, &node.root, &self.config.programs);
+        let (mut launches, _) = launch::plan(pod, &node.root, &self.config.programs);
+        if let Some(a) = &allocation {
+            give_devices(&mut launches, a);
+        }
         if launches.is_empty() {
             return;
         }
@@ -242,6 +266,85 @@ impl State {
         tracing::info!(pod = %key, %ip, host = node.host, "kubelet: started");
         self.pods.insert(uid, running);
         self.publish();
+    }
+
+    /// The device plugin's admission of `pod` on `node`: its devices (allocated once, the
+    /// annotations written before anything starts), `None` when it asks for none, `Err`
+    /// when it cannot start now (logged; retried on the Pod's next event).
+    async fn admit(
+        &mut self,
+        pod: &Pod,
+        uid: &str,
+        node_name: &str,
+        node: &NodeRoot,
+    ) -> Result<Option<PodAllocation>, ()> {
+        let Some(dp) = self.config.device_plugin.clone() else {
+            return Ok(None);
+        };
+        let asks = device_plugin::requested(pod, dp.resource());
+        if asks.is_empty() {
+            return Ok(None);
+        }
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let name = pod.metadata.name.as_deref().unwrap_or("?");
+        let allocation = dp
+            .allocate(uid, namespace, name, node_name, &asks)
+            .map_err(|e| tracing::warn!(pod = %name, error = %e, "device plugin: not admitted"))?;
+        if self.annotated.contains(uid) {
+            return Ok(Some(allocation));
+        }
+        let host_ip = self
+            .hosts
+            .host(node.host)
+            .map(|h| h.data_ip().to_string())
+            .unwrap_or_default();
+        let conf = AscendRoot::open(&node.root).read_conf().unwrap_or_default();
+        let annotations = device_plugin::annotations(
+            dp.resource(),
+            Admitted {
+                pod_name: name,
+                uid,
+                host_ip: &host_ip,
+            },
+            &allocation,
+            dp.devices_of(node_name),
+            &conf,
+            dp.fault(node_name),
+        );
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let patch = serde_json::json!({ "metadata": { "annotations": annotations } });
+        let result = tokio::time::timeout(
+            ANNOTATE_DEADLINE,
+            pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await;
+        match result {
+            Ok(Ok(_)) => {
+                tracing::info!(pod = %name, devices = ?allocation.devices(), "device plugin: allocated");
+                self.annotated.insert(uid.to_owned());
+                Ok(Some(allocation))
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(pod = %name, error = %e, "device plugin: cannot annotate, not starting");
+                dp.free(uid);
+                Err(())
+            }
+            Err(_) => {
+                tracing::warn!(pod = %name, deadline = ?ANNOTATE_DEADLINE, "device plugin: annotation timed out, not starting");
+                dp.free(uid);
+                Err(())
+            }
+        }
+    }
+
+    /// Frees a Pod's devices (it is gone or finished).
+    fn release(&mut self, uid: &str) {
+        self.annotated.remove(uid);
+        if let Some(dp) = &self.config.device_plugin
+            && let Some(a) = dp.free(uid)
+        {
+            tracing::info!(pod = %a.name, devices = ?a.devices(), "device plugin: freed");
+        }
     }
 
     fn spawn(&self, host: usize, key: &str, p: &mut Proc) {
@@ -317,6 +420,7 @@ impl State {
 
     async fn terminate(&mut self, uid: &str) {
         let Some(mut r) = self.pods.remove(uid) else {
+            self.release(uid);
             return;
         };
         for p in &mut r.procs {
@@ -338,6 +442,7 @@ impl State {
         if let Err(e) = self.hosts.remove_pod_address(r.host, r.ip) {
             tracing::warn!(pod = %r.key, error = %e, "kubelet: cannot remove the pod address");
         }
+        self.release(uid);
         tracing::info!(pod = %r.key, "kubelet: stopped");
         self.publish();
     }
@@ -359,5 +464,20 @@ impl State {
             }
         }
         *self.view.lock().expect("kubelet view") = view;
+    }
+}
+
+/// Sets `ASCEND_VISIBLE_DEVICES` in each launch whose container got devices, as the
+/// plugin's Allocate response does (it wins over a value in the Pod spec).
+fn give_devices(launches: &mut [Launch], allocation: &PodAllocation) {
+    use hcomm_crds::contract::ascend::ENV_ASCEND_VISIBLE_DEVICES;
+    for l in launches {
+        if let Some(ids) = allocation.containers.get(&l.container) {
+            l.env.retain(|(k, _)| k != ENV_ASCEND_VISIBLE_DEVICES);
+            l.env.push((
+                ENV_ASCEND_VISIBLE_DEVICES.to_owned(),
+                device_plugin::visible_devices(ids),
+            ));
+        }
     }
 }

@@ -14,11 +14,13 @@
 
 pub mod binaries;
 pub mod cluster;
+pub mod device_plugin;
 mod error;
 pub mod examples;
 pub mod kubelet;
 pub mod launch;
 pub mod load;
+pub mod npus;
 pub mod pools;
 pub mod timeline;
 pub mod weights;
@@ -30,6 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use cluster::{ChartCluster, ChartClusterOptions, wait_nodes_published, write_secret};
+pub use device_plugin::{DevicePlugin, PluginFault};
 pub use error::{Error, Result};
 pub use examples::ExamplePools;
 pub use kubelet::{Kubelet, KubeletConfig, NodeRoot, ProcessInfo};
@@ -39,6 +42,7 @@ pub use timeline::{MemberMarks, Timeline};
 
 use crate::chart;
 use crate::controlplane::ControlPlane;
+use crate::hosts::hccn_sim::root::AscendRoot;
 use crate::hosts::{HostProcess, Shaping, SimHosts, SimHostsOptions};
 
 /// How to build a [`Testbed`].
@@ -56,6 +60,8 @@ pub struct TestbedOptions {
     pub hosts_mode: HostsMode,
     /// How long the agents keep a weights version no link uses (`--weights-gc-grace-secs`).
     pub weights_gc_grace: Duration,
+    /// NPUs each host's Node advertises to the scheduler (`huawei.com/Ascend910`).
+    pub npus_per_host: u32,
 }
 
 /// What the simulated hosts are made of.
@@ -79,6 +85,7 @@ impl Default for TestbedOptions {
             health_interval: Duration::from_secs(1),
             hosts_mode: HostsMode::Namespaces,
             weights_gc_grace: Duration::from_secs(5),
+            npus_per_host: 8,
         }
     }
 }
@@ -86,6 +93,8 @@ impl Default for TestbedOptions {
 /// A running installation. Fields drop in order: workers first, hosts last.
 pub struct Testbed {
     kubelet: Option<Kubelet>,
+    device_plugin: Option<DevicePlugin>,
+    pod_resources: Vec<hcomm_kubelet::server::PodResourcesServer>,
     operator: Option<Child>,
     agents: Vec<Option<HostProcess>>,
     cp: ControlPlane,
@@ -109,7 +118,11 @@ impl Testbed {
     /// every host's `HcommNode` is published.
     pub async fn start(options: TestbedOptions) -> Result<Testbed> {
         let namespaces = || {
-            SimHosts::create(SimHostsOptions::new(options.hosts).data_shaping(options.data_shaping))
+            SimHosts::create(
+                SimHostsOptions::new(options.hosts)
+                    .data_shaping(options.data_shaping)
+                    .npus(options.npus_per_host),
+            )
         };
         let hosts = match options.hosts_mode {
             HostsMode::Namespaces => namespaces()?,
@@ -152,6 +165,7 @@ impl Testbed {
                     "operator.replicas=1".to_owned(),
                     "operator.nodeSelector.hcomm-testbed=runs-as-a-process".to_owned(),
                 ],
+                npus_per_node: options.npus_per_host,
             },
         )
         .await?;
@@ -159,6 +173,8 @@ impl Testbed {
         write_secret(&secret_file)?;
         let mut bed = Testbed {
             kubelet: None,
+            device_plugin: None,
+            pod_resources: Vec::new(),
             operator: None,
             agents: Vec::new(),
             cp,
@@ -170,6 +186,34 @@ impl Testbed {
             operator_kubeconfig,
             secret_file,
         };
+        bed.install_ascend_roots()?;
+        // The kubelet's side first (device plugin, PodResources sockets), so an agent
+        // finds its socket from its start.
+        bed.device_plugin = (bed.options.npus_per_host > 0).then(|| {
+            DevicePlugin::new(
+                hcomm_crds::contract::ascend::RESOURCE_ASCEND910,
+                bed.hosts
+                    .hosts()
+                    .iter()
+                    .map(|h| (h.name().to_owned(), bed.options.npus_per_host))
+                    .collect(),
+            )
+        });
+        if let Some(dp) = &bed.device_plugin {
+            for h in bed.hosts.hosts() {
+                let Some(shared) = dp.pod_resources_of(h.name()) else {
+                    continue;
+                };
+                let socket = bed.pod_resources_socket(h.index());
+                let server = hcomm_kubelet::server::serve(&socket, shared)
+                    .await
+                    .map_err(|e| Error::Io {
+                        what: format!("serve {}'s PodResources socket", h.name()),
+                        source: std::io::Error::other(e),
+                    })?;
+                bed.pod_resources.push(server);
+            }
+        }
         for i in 0..bed.hosts.len() {
             let agent = bed.spawn_agent(i)?;
             bed.agents.push(Some(agent));
@@ -206,6 +250,7 @@ impl Testbed {
                 nodes,
                 programs,
                 log_dir: bed.dir.join("logs"),
+                device_plugin: bed.device_plugin.clone(),
             },
         ));
         bed.wait_for_nodes(Duration::from_secs(60)).await?;
@@ -245,6 +290,40 @@ impl Testbed {
     /// Host `i`'s weight store.
     pub fn weights_dir(&self, i: usize) -> PathBuf {
         self.host_root(i).join("var/lib/hcomm/weights")
+    }
+
+    /// Host `i`'s Ascend files: `/etc/hccn.conf`, the `hccn_tool` simulator's wrapper,
+    /// its faults and call log (present when the hosts have NPU ports).
+    pub fn ascend_root(&self, i: usize) -> AscendRoot {
+        AscendRoot::open(&self.host_root(i))
+    }
+
+    /// Host `i`'s kubelet PodResources socket (the real path under the host root).
+    pub fn pod_resources_socket(&self, i: usize) -> PathBuf {
+        self.host_root(i)
+            .join(hcomm_crds::contract::ascend::POD_RESOURCES_SOCKET.trim_start_matches('/'))
+    }
+
+    /// The device-plugin stand-in (allocations, fault injection), when hosts have NPUs.
+    pub fn device_plugin(&self) -> Option<&DevicePlugin> {
+        self.device_plugin.as_ref()
+    }
+
+    /// Writes each host's hccn.conf and hccn_tool wrapper when the hosts have NPU ports.
+    fn install_ascend_roots(&self) -> Result<()> {
+        let npus = self.hosts.npus_per_host();
+        if npus == 0 {
+            return Ok(());
+        }
+        let simulator = binaries::find(binaries::HCCN_TOOL_SIM)?;
+        for i in 0..self.hosts.len() {
+            AscendRoot::install(&self.host_root(i), i, self.hosts.len(), npus, &simulator)
+                .map_err(|e| Error::Io {
+                    what: format!("install host-{i}'s Ascend files"),
+                    source: std::io::Error::other(e),
+                })?;
+        }
+        Ok(())
     }
 
     /// The processes the kubelet runs now.
@@ -374,6 +453,7 @@ impl Testbed {
             .args(["--shm-min-bytes", "1"])
             .env("KUBECONFIG", &self.agent_kubeconfig)
             .env("RUST_LOG", log_filter())
+            .env("HCOMM_POD_RESOURCES_SOCKET", self.pod_resources_socket(i))
             .env("HOME", &root)
             .stdin(Stdio::null());
         let log = self.log_file(h.name())?;
@@ -405,6 +485,7 @@ impl Testbed {
 impl Drop for Testbed {
     fn drop(&mut self) {
         self.kubelet.take();
+        self.pod_resources.clear();
         self.kill_operator();
         self.agents.clear();
         if !self.keep_dir {

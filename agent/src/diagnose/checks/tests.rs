@@ -63,6 +63,25 @@ fn healthy() -> Facts {
             ),
             (hcomm_crds::contract::POD_MEMBER_READY, "True", "Serving"),
         ]),
+        allocation: Some(crate::diagnose::allocation::AllocationSeen {
+            pod: "ns/m-0".into(),
+            request: crate::member::allocation::NpuRequest {
+                resource: hcomm_crds::contract::ascend::RESOURCE_ASCEND910.into(),
+                count: 2,
+            },
+            kubelet: Ok(Some(
+                [0, 1]
+                    .map(|i| {
+                        hcomm_crds::contract::ascend::kubelet_device_id(
+                            hcomm_crds::contract::ascend::RESOURCE_ASCEND910,
+                            i,
+                        )
+                    })
+                    .to_vec(),
+            )),
+            annotation: Some(r#"{"devices":[{"device_id":"0"},{"device_id":"1"}]}"#.into()),
+            table: Ok(vec![(0, 0), (1, 1)]),
+        }),
         ..Default::default()
     }
 }
