@@ -219,6 +219,64 @@ fn bad_cases() -> Vec<BadCase> {
             expected: &["spec.template", "must list at least one container"],
         },
         BadCase {
+            name: "hccl-connect-below-hccls-range",
+            mutate: |v| {
+                v["spec"]["comm"]["backend"] = json!("hccl");
+                v["spec"]["comm"]["connectTimeoutSeconds"] = json!(60);
+            },
+            expected: &[
+                "spec.comm.connectTimeoutSeconds",
+                "between 120 and 7200 with backend hccl",
+            ],
+        },
+        BadCase {
+            name: "hccl-connect-above-hccls-range",
+            mutate: |v| {
+                v["spec"]["comm"]["backend"] = json!("hccl");
+                v["spec"]["comm"]["connectTimeoutSeconds"] = json!(7201);
+            },
+            expected: &[
+                "spec.comm.connectTimeoutSeconds",
+                "less than or equal to 7200",
+            ],
+        },
+        BadCase {
+            name: "tcp-connect-above-its-range",
+            mutate: |v| v["spec"]["comm"]["connectTimeoutSeconds"] = json!(601),
+            expected: &[
+                "spec.comm.connectTimeoutSeconds",
+                "between 1 and 600 with backend tcp",
+            ],
+        },
+        BadCase {
+            name: "negative-exec-timeout",
+            mutate: |v| v["spec"]["comm"]["execTimeoutSeconds"] = json!(-1),
+            expected: &["spec.comm.execTimeoutSeconds", "greater than or equal to 0"],
+        },
+        BadCase {
+            name: "zero-buffer",
+            mutate: |v| v["spec"]["comm"]["bufferSizeMb"] = json!(0),
+            expected: &["spec.comm.bufferSizeMb", "greater than or equal to 1"],
+        },
+        BadCase {
+            name: "unknown-bootstrap",
+            mutate: |v| v["spec"]["comm"]["bootstrap"] = json!("Ranktable"),
+            expected: &[
+                "spec.comm.bootstrap",
+                "Unsupported value: \"Ranktable\"",
+                "\"RootInfo\"",
+                "\"RankTable\"",
+            ],
+        },
+        BadCase {
+            name: "resource-without-domain",
+            mutate: |v| v["spec"]["npu"]["resourceName"] = json!("Ascend910"),
+            expected: &[
+                "spec.npu.resourceName",
+                "must be an extended resource name 'domain/name'",
+            ],
+        },
+        BadCase {
             name: "http-weights-source",
             mutate: |v| v["spec"]["weights"]["source"] = json!("https://hub.example/m1"),
             expected: &[
@@ -236,7 +294,11 @@ async fn the_api_server_enforces_the_hcomm_api() -> Result<()> {
         .context("control plane did not start within 240 s")??;
 
     // The examples are accepted as written.
-    for example in ["decode-pool.yaml", "prefill-pool.yaml"] {
+    for example in [
+        "decode-pool.yaml",
+        "prefill-pool.yaml",
+        "ascend/vllm-ascend-decode.yaml",
+    ] {
         let path = format!("{}/../examples/{example}", env!("CARGO_MANIFEST_DIR"));
         stdout_of(&cp, &["apply", "-f", &path])?;
     }
@@ -263,6 +325,13 @@ async fn the_api_server_enforces_the_hcomm_api() -> Result<()> {
     assert_eq!(stored["spec"]["scaling"]["strategy"], "Incremental");
     assert_eq!(stored["spec"]["scaling"]["maxUnavailable"], 1);
     assert_eq!(stored["spec"]["comm"]["opTimeoutSeconds"], 120);
+    assert_eq!(stored["spec"]["comm"]["execTimeoutSeconds"], 1836);
+    assert_eq!(stored["spec"]["comm"]["bufferSizeMb"], 200);
+    assert_eq!(stored["spec"]["comm"]["bootstrap"], "RootInfo");
+    assert_eq!(
+        stored["spec"]["npu"]["resourceName"],
+        hcomm_crds::contract::ascend::RESOURCE_ASCEND910
+    );
 
     // Every bad manifest is refused, with a message that names the field and the rule,
     // and nothing is stored.
@@ -308,6 +377,23 @@ async fn the_api_server_enforces_the_hcomm_api() -> Result<()> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+
+    // An hccl group that says nothing about its timeouts is accepted: the default connect
+    // timeout is HCCL's own (120 s), inside the range the hccl rule demands.
+    let body = manifest("hccl-defaults", |v| {
+        v["spec"]["comm"] = json!({"backend": "hccl"})
+    })?;
+    let out = kubectl(&cp, &["apply", "-f", "-"], Some(&body))?;
+    assert!(
+        out.status.success(),
+        "hccl-defaults: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stored: Value = serde_json::from_str(&stdout_of(
+        &cp,
+        &["get", "hcg", "hccl-defaults", "-o", "json"],
+    )?)?;
+    assert_eq!(stored["spec"]["comm"]["connectTimeoutSeconds"], 120);
 
     // `kubectl scale` goes through the scale subresource and changes spec.replicas.
     stdout_of(&cp, &["scale", "hcg/decode", "--replicas=3"])?;

@@ -1,9 +1,13 @@
 //! Apply (the fourth step of the pipeline): carry a [`Plan`] out, in an order that keeps a
 //! crash at any point recoverable from what is stored (see `planner::epoch`):
 //! 1. remember failed nodes on the group (annotation `hcomm.io/avoid-nodes`);
-//! 2. create joiner Pods (server-side apply, field manager `hcomm-operator`);
+//! 2. check the planned table's layout against the backend's rank rules, and only then
+//!    create joiner Pods (server-side apply, field manager `hcomm-operator`): a plan HCCL
+//!    would refuse creates no Pod;
 //! 3. ask victims to drain (annotation `hcomm.io/drain-requested`, merge patch);
-//! 4. write the rank table of the epoch (server-side apply of the ConfigMap);
+//! 4. write the rank table of the epoch (server-side apply of the ConfigMap) once every
+//!    member in it has its device-plugin allocation and the table passes validation;
+//!    until then the previous table stays and [`Outcome::held`] says why;
 //! 5. delete members that drained, timed out, or never served.
 
 use std::collections::BTreeMap;
@@ -17,7 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::{Error, Result};
@@ -40,6 +44,9 @@ pub struct Outcome {
     pub deleted: Vec<Removal>,
     /// The rank table was (re)written.
     pub rank_table_written: bool,
+    /// Why the epoch's rank table was not written (and, for a refused layout, why no
+    /// joiner was created).
+    pub held: Option<rank_table::Held>,
 }
 
 /// Carries `plan` out for `group`.
@@ -57,7 +64,20 @@ pub async fn apply(
 
     let world = plan.world_size(group.spec.devices_per_member);
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    for joiner in plan.joiners() {
+    let layout = rank_table::layout_checked(
+        &plan.members,
+        group.spec.devices_per_member,
+        group.spec.comm.backend,
+    );
+    let joiners: Vec<_> = match layout {
+        Ok(()) => plan.joiners().collect(),
+        Err(held) => {
+            warn!(epoch = plan.epoch, %held, "planned layout refused; no member created");
+            outcome.held = Some(held);
+            Vec::new()
+        }
+    };
+    for joiner in joiners {
         let pod = pod_builder::build(group, joiner, plan.epoch, world);
         pods.patch(&joiner.name, &params, &Patch::Apply(&pod))
             .await
@@ -92,7 +112,18 @@ pub async fn apply(
 
     // Also while the group is deleted: the record of the (shrinking) set keeps the epoch
     // moving by exactly one per change.
-    outcome.rank_table_written = write_rank_table(ctx, group, observed, plan).await?;
+    if outcome.held.is_none() {
+        match rank_table_config_map(group, observed, plan) {
+            Ok(desired) => {
+                outcome.rank_table_written =
+                    write_rank_table(ctx, group, observed, desired).await?;
+            }
+            Err(held) => {
+                info!(epoch = plan.epoch, %held, "rank table held back");
+                outcome.held = Some(held);
+            }
+        }
+    }
 
     for removal in &plan.delete {
         match pods.delete(&removal.name, &DeleteParams::default()).await {
@@ -111,24 +142,19 @@ pub async fn apply(
     Ok(outcome)
 }
 
-/// The rank-table ConfigMap of `plan` (pure).
+/// The rank-table ConfigMap of `plan` (pure), or why it cannot be published yet.
 pub fn rank_table_config_map(
     group: &HcommGroup,
     observed: &Observed,
     plan: &Plan,
-) -> Result<ConfigMap> {
+) -> std::result::Result<ConfigMap, rank_table::Held> {
     let name = group.name_any();
     let table = rank_table::checked(
         &plan.members,
         group.spec.devices_per_member,
         &observed.nodes,
         group.spec.comm.backend,
-    )
-    .map_err(|source| Error::InvalidRankTable {
-        group: format!("{}/{name}", group.namespace().unwrap_or_default()),
-        epoch: plan.epoch,
-        source,
-    })?;
+    )?;
     let json = table.to_json();
     let members: Vec<&str> = plan.members.iter().map(|m| m.name.as_str()).collect();
     Ok(ConfigMap {
@@ -155,9 +181,8 @@ async fn write_rank_table(
     ctx: &Context,
     group: &HcommGroup,
     observed: &Observed,
-    plan: &Plan,
+    desired: ConfigMap,
 ) -> Result<bool> {
-    let desired = rank_table_config_map(group, observed, plan)?;
     if observed.config_map.as_ref().and_then(|c| c.data.as_ref()) == desired.data.as_ref() {
         return Ok(false);
     }
@@ -171,7 +196,7 @@ async fn write_rank_table(
     )
     .await
     .map_err(Error::kube(format!("write rank table {name}")))?;
-    info!(configmap = %name, epoch = plan.epoch, members = plan.members.len(), "wrote rank table");
+    info!(configmap = %name, "wrote rank table");
     Ok(true)
 }
 

@@ -17,18 +17,6 @@ pub enum Error {
         /// What is wrong, for people.
         reason: String,
     },
-    /// The planned rank table breaks a rule HCCL applies on load; it is not published and
-    /// the group keeps its previous table until the plan or the inventory changes.
-    #[error("rank table of HcommGroup {group} at epoch {epoch} is invalid: {source}")]
-    InvalidRankTable {
-        /// namespace/name of the group.
-        group: String,
-        /// The epoch the table was planned for.
-        epoch: i64,
-        /// The rule the table breaks.
-        #[source]
-        source: hcomm_crds::rank_table::ValidateError,
-    },
     /// A call to the API server failed.
     #[error("{action}: {source}")]
     Kube {
@@ -86,7 +74,6 @@ impl Error {
                 kube::Error::Api(_) => "ApiError",
                 _ => "ClientError",
             },
-            Self::InvalidRankTable { .. } => "InvalidRankTable",
             Self::Serialize { .. } => "Serialization",
             Self::MissingField { .. } => "MissingField",
             Self::LeaseLost { .. } => "LeaseLost",

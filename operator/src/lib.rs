@@ -9,6 +9,8 @@
 //! from the agents' `HcommNode` link tests); [`events`] publishes what changed.
 //! [`leader`] makes sure only one replica acts; [`metrics`] serves Prometheus metrics.
 
+pub mod affinity;
+pub mod allocation;
 pub mod apply;
 pub mod backoff;
 pub mod config;

@@ -1,19 +1,21 @@
 //! Fetch (the first step of the pipeline): read what the cluster holds about a group —
-//! its member Pods, the devices every member Pod holds, the `HcommNode` inventories and the
-//! recorded rank table — and turn it into planner inputs (and, for the `LinksHealthy`
-//! condition, the link tests every node's agent published). The conversions are pure.
+//! its member Pods, the NPUs the operator's member Pods request per node, the Kubernetes
+//! Nodes' allocatable NPUs, the `HcommNode` inventories and the recorded rank table — and
+//! turn it into planner inputs (and, for the `LinksHealthy` condition, the link tests every
+//! node's agent published). The conversions are pure.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use hcomm_crds::contract::{ANNOTATION_DEVICES, LABEL_GROUP};
-use hcomm_crds::{DeviceHealth, HcommGroup, HcommNode, LinkTestResult};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use hcomm_crds::contract::{LABEL_GROUP, LABEL_MANAGED_BY, MANAGER_NAME};
+use hcomm_crds::{DeviceHealth, HcommGroup, HcommNode, LinkTestResult, MemberPhase};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::phase::{self, ObservedMember, parse_devices};
+use crate::phase::{self, ObservedMember};
 use crate::planner::{Device, NodeInventory, Recorded};
 use crate::rank_table::{EPOCH_KEY, MEMBERS_KEY, config_map_name};
 
@@ -24,8 +26,9 @@ pub use hcomm_crds::contract::ANNOTATION_AVOID_NODES;
 pub struct Observed {
     /// The group's member Pods.
     pub members: Vec<ObservedMember>,
-    /// Devices held by member Pods of every group, per node.
-    pub used_devices: BTreeMap<String, BTreeSet<i32>>,
+    /// NPUs of the group's resource requested by the operator's member Pods (of every
+    /// group), per node.
+    pub used_npus: BTreeMap<String, u32>,
     /// Node inventories.
     pub nodes: Vec<NodeInventory>,
     /// The latest link test per peer each node's agent published, by node name.
@@ -60,6 +63,13 @@ pub async fn fetch(ctx: &Context, group: &HcommGroup) -> Result<Observed> {
         .list(&ListParams::default())
         .await
         .map_err(Error::kube("list HcommNodes"))?;
+    let kube_nodes: Api<Node> = Api::all(ctx.client.clone());
+    let kube_nodes = kube_nodes
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("list Nodes"))?;
+    let resource = group.spec.npu.resource_name.as_str();
+    let allocatable = allocatable(&kube_nodes.items, resource);
     let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
     let config_map = config_maps
         .get_opt(&config_map_name(&name))
@@ -73,12 +83,16 @@ pub async fn fetch(ctx: &Context, group: &HcommGroup) -> Result<Observed> {
         .items
         .iter()
         .filter(|pod| owned_by(pod, uid.as_deref()))
-        .filter_map(phase::observe)
+        .filter_map(|pod| phase::observe(pod, resource))
         .collect();
     Ok(Observed {
         members,
-        used_devices: used_devices(&every.items),
-        nodes: nodes.items.iter().map(inventory).collect(),
+        used_npus: used_npus(&every.items, resource),
+        nodes: nodes
+            .items
+            .iter()
+            .map(|n| inventory(n, &allocatable))
+            .collect(),
         link_tests: link_tests(&nodes.items),
         recorded: recorded(config_map.as_ref(), group),
         config_map,
@@ -92,28 +106,79 @@ fn owned_by(pod: &Pod, uid: Option<&str>) -> bool {
         .any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
-/// Devices held per node by member Pods that have not finished (Succeeded/Failed Pods
-/// release theirs).
-pub fn used_devices(pods: &[Pod]) -> BTreeMap<String, BTreeSet<i32>> {
-    let mut used: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
-    for pod in pods {
+/// Whether `pod` is a member Pod this operator made: labelled as managed by it, with a
+/// group label, and controlled by an `HcommGroup` (issue 17: nobody else's Pod, labelled
+/// or not, steers the operator's accounting).
+pub fn operator_owned(pod: &Pod) -> bool {
+    let labels = pod.labels();
+    labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGER_NAME)
+        && labels.contains_key(LABEL_GROUP)
+        && pod.owner_references().iter().any(|o| {
+            o.controller == Some(true)
+                && o.kind == HcommGroup::kind(&())
+                && o.api_version == HcommGroup::api_version(&())
+        })
+}
+
+/// NPUs of `resource` requested per node by the operator's member Pods that have not
+/// finished (Succeeded/Failed Pods release theirs). A Pod counts on its node once bound,
+/// and before that on the node its required affinity names (where the operator planned
+/// it), so a plan never hands out NPUs a Pod waiting for the scheduler was planned on.
+pub fn used_npus(pods: &[Pod], resource: &str) -> BTreeMap<String, u32> {
+    let mut used: BTreeMap<String, u32> = BTreeMap::new();
+    for pod in pods.iter().filter(|p| operator_owned(p)) {
         let finished = matches!(
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded" | "Failed")
         );
-        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-        let devices = pod.annotations().get(ANNOTATION_DEVICES);
-        if let (false, Some(node), Some(devices)) = (finished, node, devices) {
-            used.entry(node).or_default().extend(parse_devices(devices));
+        let Some(spec) = pod.spec.as_ref() else {
+            continue;
+        };
+        let Some(node) = crate::affinity::node_of(spec) else {
+            continue;
+        };
+        if finished {
+            continue;
         }
+        let requested: u32 = spec
+            .containers
+            .iter()
+            .filter_map(|c| {
+                let r = c.resources.as_ref()?;
+                let q = r
+                    .requests
+                    .as_ref()
+                    .and_then(|m| m.get(resource))
+                    .or_else(|| r.limits.as_ref().and_then(|m| m.get(resource)))?;
+                count(q)
+            })
+            .sum();
+        *used.entry(node).or_default() += requested;
     }
     used
 }
 
-/// The planner's view of an `HcommNode`.
-pub fn inventory(node: &HcommNode) -> NodeInventory {
+/// The allocatable NPUs of `resource` per Kubernetes Node.
+pub fn allocatable(nodes: &[Node], resource: &str) -> BTreeMap<String, u32> {
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let q = n.status.as_ref()?.allocatable.as_ref()?.get(resource)?;
+            Some((n.name_any(), count(q)?))
+        })
+        .collect()
+}
+
+/// A whole-number quantity (extended resources are integers).
+fn count(q: &Quantity) -> Option<u32> {
+    q.0.trim().parse().ok()
+}
+
+/// The planner's view of an `HcommNode`, with the allocatable NPUs of its Kubernetes Node.
+pub fn inventory(node: &HcommNode, allocatable: &BTreeMap<String, u32>) -> NodeInventory {
     let status = node.status.clone().unwrap_or_default();
     NodeInventory {
+        npus: allocatable.get(&node.spec.node_name).copied().unwrap_or(0),
         name: node.spec.node_name.clone(),
         topology: status.topology,
         data_address: status.data_address,
@@ -140,21 +205,37 @@ pub fn link_tests(nodes: &[HcommNode]) -> BTreeMap<String, Vec<LinkTestResult>> 
         .collect()
 }
 
-/// The recorded epoch and set: the rank-table ConfigMap, else the group status.
+/// The recorded epoch and set: the newer of the published one (the rank-table ConfigMap)
+/// and the planned one (the group status: its epoch and the members it lists that are not
+/// on their way out).
+///
+/// The status runs ahead of the ConfigMap while an epoch's table waits for its members'
+/// device-plugin allocations. Taking the ConfigMap alone then would make every reconcile
+/// see the planned set as a change against the published one and bump the epoch again;
+/// taking the status' epoch with the ConfigMap's set would too. A crash between creating
+/// joiners and writing the status is covered by the joiners' epoch labels
+/// (`planner::epoch`).
 pub fn recorded(config_map: Option<&ConfigMap>, group: &HcommGroup) -> Recorded {
-    let status_epoch = group.status.as_ref().map_or(0, |s| s.epoch);
+    let planned = group
+        .status
+        .as_ref()
+        .map_or_else(Recorded::default, |s| Recorded {
+            epoch: s.epoch,
+            members: s
+                .members
+                .iter()
+                .filter(|m| !matches!(m.phase, MemberPhase::Draining | MemberPhase::Leaving))
+                .map(|m| m.name.clone())
+                .collect(),
+        });
     let Some(data) = config_map.and_then(|c| c.data.as_ref()) else {
-        return Recorded {
-            epoch: status_epoch,
-            members: BTreeSet::new(),
-        };
+        return planned;
     };
-    let epoch = data
-        .get(EPOCH_KEY)
-        .and_then(|e| e.trim().parse().ok())
-        .unwrap_or(0);
-    Recorded {
-        epoch: epoch.max(status_epoch),
+    let published = Recorded {
+        epoch: data
+            .get(EPOCH_KEY)
+            .and_then(|e| e.trim().parse().ok())
+            .unwrap_or(0),
         members: data
             .get(MEMBERS_KEY)
             .map(|m| {
@@ -165,6 +246,11 @@ pub fn recorded(config_map: Option<&ConfigMap>, group: &HcommGroup) -> Recorded 
                     .collect()
             })
             .unwrap_or_default(),
+    };
+    if planned.epoch > published.epoch {
+        planned
+    } else {
+        published
     }
 }
 
@@ -181,4 +267,62 @@ pub fn avoid_nodes(group: &HcommGroup) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    fn group(status: serde_json::Value) -> HcommGroup {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": hcomm_crds::API_GROUP_VERSION, "kind": "HcommGroup",
+            "metadata": {"name": "g", "namespace": "ns"},
+            "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "w"}]}}},
+            "status": status
+        }))
+        .unwrap()
+    }
+
+    fn member(name: &str, phase: &str) -> serde_json::Value {
+        serde_json::json!({"name": name, "index": 0, "ranks": {"first": 0, "count": 1},
+                           "phase": phase, "epoch": 1})
+    }
+
+    fn config_map(epoch: i64, members: &[&str]) -> ConfigMap {
+        ConfigMap {
+            data: Some(BTreeMap::from([
+                (EPOCH_KEY.to_owned(), epoch.to_string()),
+                (MEMBERS_KEY.to_owned(), members.join("\n")),
+            ])),
+            ..ConfigMap::default()
+        }
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_planned_epoch_whose_table_is_held_back_is_the_recorded_one() {
+        // Epoch 2 planned (g-2-e2 joined the status), its table waits for an allocation.
+        let g = group(serde_json::json!({"epoch": 2, "members": [
+            member("g-0-e1", "Ready"), member("g-1-e1", "Ready"), member("g-2-e2", "Pending"),
+            member("g-3-e1", "Draining")]}));
+        let r = recorded(Some(&config_map(1, &["g-0-e1", "g-1-e1", "g-3-e1"])), &g);
+        assert_eq!(r.epoch, 2);
+        assert_eq!(r.members, set(&["g-0-e1", "g-1-e1", "g-2-e2"]));
+    }
+
+    #[test]
+    fn a_published_table_is_the_record_once_it_caught_up_and_without_one_the_status_is() {
+        let g = group(serde_json::json!({"epoch": 2, "members": [member("a", "Ready")]}));
+        let r = recorded(Some(&config_map(2, &["a", "b"])), &g);
+        assert_eq!((r.epoch, r.members), (2, set(&["a", "b"])));
+        let r = recorded(None, &g);
+        assert_eq!((r.epoch, r.members), (2, set(&["a"])));
+        let fresh = group(serde_json::json!(null));
+        assert_eq!(recorded(None, &fresh), Recorded::default());
+    }
 }

@@ -5,8 +5,9 @@
 //! turns one Pod into an [`ObservedMember`], the planner's view of it. Nothing here does I/O.
 
 use hcomm_crds::MemberPhase;
+use hcomm_crds::contract::ascend::{DeviceAllocation, configuration_annotation};
 use hcomm_crds::contract::{
-    ANNOTATION_DEVICES, ANNOTATION_DRAIN_REQUESTED, ANNOTATION_WEIGHTS_DIGEST, LABEL_EPOCH,
+    ANNOTATION_DRAIN_REQUESTED, ANNOTATION_WEIGHTS_DIGEST, GroupReason, LABEL_EPOCH,
     LABEL_MEMBER_INDEX, POD_DRAINED, POD_JOINED, POD_MEMBER_READY, POD_VERIFIED,
     POD_WEIGHTS_SYNCED, PodReason,
 };
@@ -22,10 +23,20 @@ pub struct ObservedMember {
     pub index: i32,
     /// The epoch the member was planned at (label `hcomm.io/epoch`).
     pub epoch: i64,
-    /// The node (`spec.nodeName`).
+    /// The node: `spec.nodeName` once bound, else the node its required affinity names
+    /// (where the planner put it).
     pub node: Option<String>,
-    /// Physical device ids (annotation `hcomm.io/devices`), in local-rank order.
+    /// Physical device ids the device plugin allocated (its allocation annotation), in
+    /// local-rank order; empty until the annotation is written.
     pub devices: Vec<i32>,
+    /// The device plugin's allocation annotation: `None` until written, `Err` when it
+    /// cannot be read.
+    pub allocation: Option<Result<DeviceAllocation, String>>,
+    /// Why the scheduler cannot place the Pod (`PodScheduled=False`, `Unschedulable`).
+    pub unschedulable: Option<String>,
+    /// Why the member is held back or was given up, as a group reason (allocation or
+    /// scheduling); set by `crate::allocation`, not derived from the Pod.
+    pub blocked: Option<GroupReason>,
     /// The derived phase.
     pub phase: MemberPhase,
     /// Verification or joining failed for good (the member must be replaced).
@@ -68,8 +79,9 @@ pub fn is_terminal_join_reason(reason: &str) -> bool {
         .is_ok_and(|r| PodReason::TERMINAL_JOIN.contains(&r))
 }
 
-/// Reads a member Pod; `None` when it lacks the member-index label (not a member).
-pub fn observe(pod: &Pod) -> Option<ObservedMember> {
+/// Reads a member Pod of a group whose members request `resource` (the allocation
+/// annotation depends on it); `None` when it lacks the member-index label (not a member).
+pub fn observe(pod: &Pod, resource: &str) -> Option<ObservedMember> {
     let meta = &pod.metadata;
     let labels = meta.labels.as_ref()?;
     let index = labels.get(LABEL_MEMBER_INDEX)?.parse().ok()?;
@@ -78,10 +90,18 @@ pub fn observe(pod: &Pod) -> Option<ObservedMember> {
         .and_then(|e| e.parse().ok())
         .unwrap_or(0);
     let annotations = meta.annotations.clone().unwrap_or_default();
-    let devices = annotations
-        .get(ANNOTATION_DEVICES)
-        .map(|d| parse_devices(d))
-        .unwrap_or_default();
+    let allocation = annotations
+        .get(configuration_annotation(resource))
+        .map(|text| DeviceAllocation::parse(text).map_err(|e| e.to_string()));
+    let devices = match &allocation {
+        Some(Ok(a)) => a
+            .physical_ids()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|id| i32::try_from(id).ok())
+            .collect(),
+        _ => Vec::new(),
+    };
     let drain_requested_at = annotations
         .get(ANNOTATION_DRAIN_REQUESTED)
         .map(|t| t.parse().unwrap_or(Timestamp::UNIX_EPOCH));
@@ -92,6 +112,18 @@ pub fn observe(pod: &Pod) -> Option<ObservedMember> {
         .unwrap_or_default();
     let pod_phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     let running = pod_phase == Some("Running");
+    let unschedulable = conditions
+        .iter()
+        .find(|c| {
+            c.type_ == POD_SCHEDULED
+                && c.status == "False"
+                && c.reason.as_deref() == Some(UNSCHEDULABLE)
+        })
+        .map(|c| {
+            c.message
+                .clone()
+                .unwrap_or_else(|| UNSCHEDULABLE.to_owned())
+        });
     let (mut phase, mut failed, mut message) =
         derive_phase(conditions, running, drain_requested_at.is_some());
     // A Pod that terminated (evicted, crashed with restartPolicy Never) never comes back:
@@ -107,8 +139,11 @@ pub fn observe(pod: &Pod) -> Option<ObservedMember> {
         name: meta.name.clone()?,
         index,
         epoch,
-        node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        node: pod.spec.as_ref().and_then(crate::affinity::node_of),
         devices,
+        allocation,
+        unschedulable,
+        blocked: None,
         phase,
         failed,
         message,
@@ -123,13 +158,11 @@ pub fn observe(pod: &Pod) -> Option<ObservedMember> {
     })
 }
 
-/// Parses the `hcomm.io/devices` annotation (`"0,1,2"`).
-pub fn parse_devices(value: &str) -> Vec<i32> {
-    value
-        .split(',')
-        .filter_map(|d| d.trim().parse().ok())
-        .collect()
-}
+/// The Pod condition the scheduler writes.
+const POD_SCHEDULED: &str = "PodScheduled";
+/// The kube-scheduler's reason on `PodScheduled=False` for a Pod no node can take (the
+/// group reason of the same name is spelled after it on purpose).
+const UNSCHEDULABLE: &str = GroupReason::Unschedulable.as_str();
 
 /// The phase from the Pod conditions, whether the Pod runs, and whether a drain was
 /// requested. Returns (phase, failed, message).
@@ -201,6 +234,7 @@ fn describe(condition: &PodCondition) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hcomm_crds::contract::ascend::{ANNOTATION_ASCEND_910_CONFIGURATION, RESOURCE_ASCEND910};
 
     fn cond(type_: &str, status: &str, reason: &str) -> PodCondition {
         PodCondition {
@@ -284,13 +318,49 @@ mod tests {
             "status": {"phase": "Failed"}
         }))
         .unwrap();
-        let member = observe(&pod).unwrap();
+        let member = observe(&pod, RESOURCE_ASCEND910).unwrap();
         assert_eq!((member.phase, member.failed), (MemberPhase::Failed, true));
         assert_eq!(member.message.as_deref(), Some("the Pod is Failed"));
     }
 
     #[test]
-    fn device_annotation_parses_in_local_rank_order() {
-        assert_eq!(parse_devices("3, 1,x,2"), vec![3, 1, 2]);
+    fn devices_come_from_the_device_plugins_allocation_in_its_order() {
+        let allocation = r#"{"pod_name":"g-0-e1","server_id":"u","host_ip":"10.0.0.1",
+            "devices":[{"device_id":"3","device_ip":"192.168.0.3"},{"device_id":"1","device_ip":"192.168.0.1"}]}"#;
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "g-0-e1", "labels": {LABEL_MEMBER_INDEX: "0"},
+                         "annotations": {ANNOTATION_ASCEND_910_CONFIGURATION: allocation}},
+            "spec": {"containers": [], "nodeName": "n1"}
+        }))
+        .unwrap();
+        let member = observe(&pod, RESOURCE_ASCEND910).unwrap();
+        assert_eq!(member.devices, vec![3, 1]);
+        assert_eq!(member.node.as_deref(), Some("n1"));
+        assert!(matches!(member.allocation, Some(Ok(_))));
+        let broken: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "g-0-e1", "labels": {LABEL_MEMBER_INDEX: "0"},
+                         "annotations": {ANNOTATION_ASCEND_910_CONFIGURATION: "{"}}
+        }))
+        .unwrap();
+        let member = observe(&broken, RESOURCE_ASCEND910).unwrap();
+        assert!(member.devices.is_empty());
+        assert!(matches!(member.allocation, Some(Err(_))));
+    }
+
+    #[test]
+    fn a_pod_the_scheduler_cannot_place_says_why_and_an_unbound_pod_has_its_planned_node() {
+        let mut spec = k8s_openapi::api::core::v1::PodSpec::default();
+        crate::affinity::require_node(&mut spec, "n7");
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "g-0-e1", "labels": {LABEL_MEMBER_INDEX: "0"}},
+            "status": {"phase": "Pending", "conditions": [{"type": POD_SCHEDULED, "status": "False",
+                "reason": UNSCHEDULABLE, "message": "0/3 nodes are available: 3 Insufficient huawei.com/Ascend910."}]}
+        }))
+        .unwrap();
+        pod.spec = Some(spec);
+        let member = observe(&pod, RESOURCE_ASCEND910).unwrap();
+        assert_eq!(member.node.as_deref(), Some("n7"));
+        assert!(member.unschedulable.unwrap().contains("Insufficient"));
+        assert_eq!(member.phase, MemberPhase::Pending);
     }
 }

@@ -1,17 +1,26 @@
 //! Member Pods (pure): the user's template plus what membership adds — labels, the
-//! readiness gate, the device annotation, the rank environment, the rank-table volume,
-//! the node, and the controller owner reference.
+//! readiness gate, the NPU resource request, a required node affinity for the planned
+//! node, the rank and HCCL environment, the rank-table volume, and the controller owner
+//! reference.
+//!
+//! The operator never writes `nodeName` (the scheduler binds the Pod, counting the NPU
+//! resource, taints and quotas; `schedulerName` stays as the template has it, e.g.
+//! Volcano) nor `ASCEND_VISIBLE_DEVICES` (the device plugin sets it at allocation).
 
 use std::collections::BTreeMap;
 
-use hcomm_crds::HcommGroup;
+use hcomm_crds::contract::env;
 use hcomm_crds::contract::{
-    ANNOTATION_DEVICES, ANNOTATION_WEIGHTS_DIGEST, LABEL_EPOCH, LABEL_GROUP, LABEL_MANAGED_BY,
-    LABEL_MEMBER_INDEX, LABEL_RANK, LABEL_ROLE, MANAGER_NAME, READINESS_GATE,
+    ANNOTATION_WEIGHTS_DIGEST, LABEL_EPOCH, LABEL_GROUP, LABEL_MANAGED_BY, LABEL_MEMBER_INDEX,
+    LABEL_RANK, LABEL_ROLE, MANAGER_NAME, READINESS_GATE,
 };
+use hcomm_crds::group::Bootstrap;
+use hcomm_crds::{Backend, HcommGroup, HcommGroupSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, EnvVar, Pod, PodReadinessGate, PodSpec, Volume, VolumeMount,
+    ConfigMapVolumeSource, Container, EnvVar, Pod, PodReadinessGate, PodSpec, ResourceRequirements,
+    Volume, VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 
@@ -54,41 +63,17 @@ pub fn build(group: &HcommGroup, member: &PlannedMember, epoch: i64, world_size:
     labels.insert(LABEL_EPOCH.into(), epoch.to_string());
     labels.insert(LABEL_MANAGED_BY.into(), MANAGER_NAME.into());
 
-    let devices = join(&member.devices);
     let mut annotations = template_meta.annotations.unwrap_or_default();
-    annotations.insert(ANNOTATION_DEVICES.into(), devices.clone());
     if let Some(w) = &spec_.weights {
         annotations.insert(ANNOTATION_WEIGHTS_DIGEST.into(), w.digest.clone());
     }
 
-    let mut env = vec![
-        var(hcomm_crds::contract::env::GROUP, &name),
-        var(
-            hcomm_crds::contract::env::MEMBER_INDEX,
-            &member.index.to_string(),
-        ),
-        var(hcomm_crds::contract::env::EPOCH, &epoch.to_string()),
-        var(
-            hcomm_crds::contract::env::RANK_ID,
-            &(member.index * dpm).to_string(),
-        ),
-        var(
-            hcomm_crds::contract::env::RANK_SIZE,
-            &world_size.to_string(),
-        ),
-        var(hcomm_crds::contract::env::LOCAL_RANK_SIZE, &dpm.to_string()),
-        var(hcomm_crds::contract::env::VISIBLE_DEVICES, &devices),
-        var(hcomm_crds::contract::env::RANK_TABLE_FILE, RANK_TABLE_FILE),
-        var(hcomm_crds::contract::env::BACKEND, backend(spec_)),
-    ];
-    if let Some(ifname) = &spec_.comm.socket_ifname {
-        env.push(var(hcomm_crds::contract::env::SOCKET_IFNAME, ifname));
-    }
+    let env = environment(spec_, &name, member.index, epoch, world_size);
 
     let mut pod_spec: PodSpec = template.spec.unwrap_or_default();
     for container in &mut pod_spec.containers {
         let existing = container.env.get_or_insert_with(Vec::new);
-        existing.retain(|e| !env.iter().any(|ours| ours.name == e.name));
+        existing.retain(|e| !MANAGED_ENV.contains(&e.name.as_str()));
         existing.extend(env.iter().cloned());
         container
             .volume_mounts
@@ -114,7 +99,10 @@ pub fn build(group: &HcommGroup, member: &PlannedMember, epoch: i64, world_size:
             condition_type: READINESS_GATE.into(),
         });
     }
-    pod_spec.node_name = Some(member.node.clone());
+    if let Some(worker) = pod_spec.containers.first_mut() {
+        request_npus(worker, &spec_.npu.resource_name, dpm);
+    }
+    crate::affinity::require_node(&mut pod_spec, &member.node);
 
     Pod {
         metadata: ObjectMeta {
@@ -130,10 +118,101 @@ pub fn build(group: &HcommGroup, member: &PlannedMember, epoch: i64, world_size:
     }
 }
 
-fn backend(spec: &hcomm_crds::HcommGroupSpec) -> &'static str {
+/// The environment of member `index` (see `docs/manual.md`, "Worker environment", and
+/// `hcomm_crds::contract::env` for the per-process rule).
+fn environment(
+    spec: &HcommGroupSpec,
+    group: &str,
+    index: i32,
+    epoch: i64,
+    world_size: i32,
+) -> Vec<EnvVar> {
+    let dpm = spec.devices_per_member;
+    let first_rank = index * dpm;
+    let mut env = vec![
+        var(env::GROUP, group),
+        var(env::MEMBER_INDEX, &index.to_string()),
+        var(env::EPOCH, &epoch.to_string()),
+        var(env::FIRST_RANK, &first_rank.to_string()),
+        var(env::RANK_SIZE, &world_size.to_string()),
+        var(env::LOCAL_RANK_SIZE, &dpm.to_string()),
+        var(env::BACKEND, backend(spec)),
+    ];
+    if dpm == 1 {
+        // One process per member: its per-process values are the member's.
+        env.push(var(env::RANK_ID, &first_rank.to_string()));
+        env.push(var(env::DEVICE_ID, "0"));
+    }
+    if let Some(ifname) = &spec.comm.socket_ifname {
+        env.push(var(env::SOCKET_IFNAME, ifname));
+    }
+    if spec.comm.backend == Backend::Hccl {
+        let connect = spec
+            .comm
+            .connect_timeout_seconds
+            .clamp(HCCL_CONNECT_TIMEOUT_RANGE.0, HCCL_CONNECT_TIMEOUT_RANGE.1);
+        env.push(var(env::HCCL_CONNECT_TIMEOUT, &connect.to_string()));
+        env.push(var(
+            env::HCCL_EXEC_TIMEOUT,
+            &spec.comm.exec_timeout_seconds.max(0).to_string(),
+        ));
+        env.push(var(
+            env::HCCL_BUFFSIZE,
+            &spec.comm.buffer_size_mb.max(1).to_string(),
+        ));
+    }
+    if spec.comm.bootstrap == Bootstrap::RankTable {
+        env.push(var(env::RANK_TABLE_FILE, RANK_TABLE_FILE));
+    }
+    env
+}
+
+/// The names the operator may set: a template's own value of any of them is dropped
+/// (a stale `RANK_ID` in a template of a multi-device member would send every process to
+/// one rank), whether or not this member gets one.
+const MANAGED_ENV: &[&str] = &[
+    env::GROUP,
+    env::MEMBER_INDEX,
+    env::EPOCH,
+    env::FIRST_RANK,
+    env::RANK_SIZE,
+    env::LOCAL_RANK_SIZE,
+    env::BACKEND,
+    env::RANK_ID,
+    env::DEVICE_ID,
+    env::SOCKET_IFNAME,
+    env::HCCL_CONNECT_TIMEOUT,
+    env::HCCL_EXEC_TIMEOUT,
+    env::HCCL_BUFFSIZE,
+    env::RANK_TABLE_FILE,
+];
+
+/// HCCL's accepted `HCCL_CONNECT_TIMEOUT` (seconds). The schema refuses other values for
+/// `backend: hccl`; a group stored before that rule is clamped rather than handed to HCCL.
+pub const HCCL_CONNECT_TIMEOUT_RANGE: (i32, i32) = (120, 7200);
+
+/// Sets the worker's request and limit of `resource` to `count` (extended resources must
+/// have equal requests and limits), whatever the template had: the operator's capacity
+/// accounting assumes exactly `devicesPerMember` per member.
+fn request_npus(worker: &mut Container, resource: &str, count: i32) {
+    let quantity = Quantity(count.to_string());
+    let resources = worker
+        .resources
+        .get_or_insert_with(ResourceRequirements::default);
+    resources
+        .requests
+        .get_or_insert_with(BTreeMap::new)
+        .insert(resource.to_owned(), quantity.clone());
+    resources
+        .limits
+        .get_or_insert_with(BTreeMap::new)
+        .insert(resource.to_owned(), quantity);
+}
+
+fn backend(spec: &HcommGroupSpec) -> &'static str {
     match spec.comm.backend {
-        hcomm_crds::Backend::Hccl => "hccl",
-        hcomm_crds::Backend::Tcp => "tcp",
+        Backend::Hccl => "hccl",
+        Backend::Tcp => "tcp",
     }
 }
 
@@ -145,17 +224,10 @@ fn var(name: &str, value: &str) -> EnvVar {
     }
 }
 
-fn join(devices: &[i32]) -> String {
-    devices
-        .iter()
-        .map(i32::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use hcomm_crds::contract::ascend::{RESOURCE_ASCEND910, RESOURCE_NPU};
 
     pub(crate) fn group(json: serde_json::Value) -> HcommGroup {
         let mut group: HcommGroup = serde_json::from_value(json).expect("valid group JSON");
@@ -175,17 +247,31 @@ pub(crate) mod tests {
         })
     }
 
-    #[test]
-    fn a_member_pod_carries_labels_gate_env_volume_node_and_owner() {
-        let g = group(decode());
-        let member = PlannedMember {
-            name: "decode-1-e3".into(),
-            index: 1,
-            node: "n1".into(),
-            devices: vec![2, 3],
+    fn member(index: i32, node: &str) -> PlannedMember {
+        PlannedMember {
+            name: format!("decode-{index}-e3"),
+            index,
+            node: node.into(),
+            devices: Vec::new(),
+            allocation: None,
             joiner: true,
-        };
-        let pod = build(&g, &member, 3, 4);
+        }
+    }
+
+    fn env_of(pod: &Pod) -> BTreeMap<String, String> {
+        pod.spec.as_ref().unwrap().containers[0]
+            .env
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name, e.value.unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn a_member_pod_carries_labels_gate_env_volume_affinity_and_owner() {
+        let g = group(decode());
+        let pod = build(&g, &member(1, "n1"), 3, 4);
         let labels = pod.metadata.labels.as_ref().unwrap();
         assert_eq!(labels[LABEL_GROUP], "decode");
         assert_eq!(labels[LABEL_RANK], "2");
@@ -193,46 +279,124 @@ pub(crate) mod tests {
         assert_eq!(labels[LABEL_EPOCH], "3");
         assert_eq!(labels[LABEL_ROLE], "decode");
         assert_eq!(labels["app"], "w");
-        assert_eq!(
-            pod.metadata.annotations.as_ref().unwrap()[ANNOTATION_DEVICES],
-            "2,3"
-        );
         let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
             (owner.controller, owner.uid.as_str()),
             (Some(true), "uid-1")
         );
+        let env = env_of(&pod);
         let spec = pod.spec.unwrap();
-        assert_eq!(spec.node_name.as_deref(), Some("n1"));
+        assert_eq!(spec.node_name, None, "the scheduler binds the Pod");
+        assert_eq!(crate::affinity::required_node(&spec).as_deref(), Some("n1"));
         assert_eq!(
             spec.readiness_gates.unwrap()[0].condition_type,
             READINESS_GATE
         );
-        let env: BTreeMap<String, String> = spec.containers[0]
-            .env
-            .clone()
-            .unwrap()
-            .into_iter()
-            .map(|e| (e.name, e.value.unwrap_or_default()))
-            .collect();
-        assert_eq!(
-            env[hcomm_crds::contract::env::RANK_ID],
-            "2",
-            "the plan overrides the template"
+        assert_eq!(env[env::FIRST_RANK], "2");
+        assert!(
+            !env.contains_key(env::RANK_ID),
+            "two processes: RANK_ID is per process, and the template's stale one is dropped"
         );
-        assert_eq!(env[hcomm_crds::contract::env::RANK_SIZE], "4");
-        assert_eq!(env[hcomm_crds::contract::env::LOCAL_RANK_SIZE], "2");
-        assert_eq!(env[hcomm_crds::contract::env::VISIBLE_DEVICES], "2,3");
-        assert_eq!(env[hcomm_crds::contract::env::SOCKET_IFNAME], "=data0");
-        assert_eq!(
-            env[hcomm_crds::contract::env::RANK_TABLE_FILE],
-            RANK_TABLE_FILE
+        assert_eq!(env[env::RANK_SIZE], "4");
+        assert_eq!(env[env::LOCAL_RANK_SIZE], "2");
+        assert!(
+            !env.contains_key(env::VISIBLE_DEVICES),
+            "the device plugin sets it"
         );
-        assert_eq!(env[hcomm_crds::contract::env::BACKEND], "tcp");
-        assert_eq!(env[hcomm_crds::contract::env::EPOCH], "3");
+        assert!(
+            !env.contains_key(env::RANK_TABLE_FILE),
+            "RootInfo bootstrap"
+        );
+        assert!(!env.contains_key(env::HCCL_CONNECT_TIMEOUT), "tcp backend");
+        assert_eq!(env[env::SOCKET_IFNAME], "=data0");
+        assert_eq!(env[env::BACKEND], "tcp");
+        assert_eq!(env[env::EPOCH], "3");
         assert_eq!(
             spec.volumes.unwrap()[0].config_map.as_ref().unwrap().name,
             "decode-rank-table"
+        );
+    }
+
+    #[test]
+    fn the_worker_requests_its_npus_from_the_device_plugin_and_keeps_the_scheduler_name() {
+        let mut json = decode();
+        json["spec"]["template"]["spec"]["schedulerName"] = "volcano".into();
+        json["spec"]["template"]["spec"]["containers"][0]["resources"] =
+            serde_json::json!({"limits": {RESOURCE_ASCEND910: "8", "cpu": "4"}});
+        json["spec"]["template"]["spec"]["containers"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"name": "sidecar", "image": "s"}));
+        let pod = build(&group(json), &member(0, "n1"), 1, 2);
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.scheduler_name.as_deref(), Some("volcano"));
+        let resources = spec.containers[0].resources.clone().unwrap();
+        let want = Quantity("2".into());
+        assert_eq!(resources.requests.unwrap()[RESOURCE_ASCEND910], want);
+        let limits = resources.limits.unwrap();
+        assert_eq!(
+            limits[RESOURCE_ASCEND910], want,
+            "devicesPerMember, not the template's 8"
+        );
+        assert_eq!(limits["cpu"], Quantity("4".into()));
+        assert!(
+            spec.containers[1].resources.is_none(),
+            "only the worker holds the NPUs"
+        );
+        let mut json = decode();
+        json["spec"]["npu"] = serde_json::json!({"resourceName": RESOURCE_NPU});
+        let pod = build(&group(json), &member(0, "n1"), 1, 2);
+        let requests = pod.spec.unwrap().containers[0]
+            .resources
+            .clone()
+            .unwrap()
+            .requests
+            .unwrap();
+        assert!(requests.contains_key(RESOURCE_NPU) && !requests.contains_key(RESOURCE_ASCEND910));
+    }
+
+    #[test]
+    fn a_single_device_member_gets_its_rank_and_device_and_hccl_gets_its_settings() {
+        let mut json = decode();
+        json["spec"]["devicesPerMember"] = 1.into();
+        json["spec"]["comm"] = serde_json::json!({"backend": "hccl", "socketIfname": "eth",
+            "connectTimeoutSeconds": 300, "execTimeoutSeconds": 0, "bufferSizeMb": 64,
+            "bootstrap": "RankTable"});
+        let env = env_of(&build(&group(json), &member(3, "n1"), 2, 4));
+        assert_eq!(env[env::RANK_ID], "3");
+        assert_eq!(env[env::DEVICE_ID], "0");
+        assert_eq!(env[env::FIRST_RANK], "3");
+        assert_eq!(env[env::HCCL_CONNECT_TIMEOUT], "300");
+        assert_eq!(env[env::HCCL_EXEC_TIMEOUT], "0");
+        assert_eq!(env[env::HCCL_BUFFSIZE], "64");
+        assert_eq!(env[env::RANK_TABLE_FILE], RANK_TABLE_FILE);
+        assert_eq!(env[env::SOCKET_IFNAME], "eth");
+    }
+
+    #[test]
+    fn a_connect_timeout_stored_before_the_hccl_range_rule_is_clamped_into_it() {
+        let mut json = decode();
+        json["spec"]["comm"] = serde_json::json!({"backend": "hccl", "connectTimeoutSeconds": 30});
+        let env = env_of(&build(&group(json), &member(0, "n1"), 1, 2));
+        assert_eq!(env[env::HCCL_CONNECT_TIMEOUT], "120");
+        let defaults = env_of(&build(
+            &group({
+                let mut j = decode();
+                j["spec"]["comm"] = serde_json::json!({});
+                j
+            }),
+            &member(0, "n1"),
+            1,
+            2,
+        ));
+        assert_eq!(
+            (
+                defaults[env::HCCL_CONNECT_TIMEOUT].as_str(),
+                defaults[env::HCCL_EXEC_TIMEOUT].as_str(),
+                defaults[env::HCCL_BUFFSIZE].as_str()
+            ),
+            ("120", "1836", "200"),
+            "HCCL's own defaults"
         );
     }
 }

@@ -15,11 +15,11 @@ use tracing::{Instrument, info, info_span, warn};
 use crate::apply::{self, Outcome};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::isolation;
 use crate::links::{self, LinkReport};
 use crate::observe::{self, Observed};
 use crate::phase::ObservedMember;
 use crate::planner::{self, Desired, Plan, PlanInput};
+use crate::{allocation, isolation};
 use crate::{events, status};
 
 pub use hcomm_crds::contract::FINALIZER;
@@ -65,7 +65,12 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
     // Links are assessed once per reconcile; the decisions and the status both read it.
     let links = assess_links(&observed, ctx.links, now);
     let replace = isolation::replacements(&observed.members, &links);
-    let members = isolation::judged(&observed.members, &replace);
+    let (members, allocation_recheck) = allocation::judged(
+        &isolation::judged(&observed.members, &replace),
+        group.spec.devices_per_member,
+        allocation::deadline(group.spec.comm.connect_timeout_seconds),
+        now,
+    );
     let invalid = validate(group).err();
     let mut input = plan_input(
         group,
@@ -105,7 +110,7 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
     if invalid.is_some() {
         return Ok(Action::await_change());
     }
-    Ok(next_action(&plan, &outcome, &links))
+    Ok(next_action(&plan, &outcome, &links, allocation_recheck))
 }
 
 /// The links between the nodes of the members that move traffic: judged once per
@@ -173,7 +178,7 @@ pub fn plan_input(
         },
         members: members.to_vec(),
         nodes: observed.nodes.clone(),
-        used_devices: observed.used_devices.clone(),
+        used_npus: observed.used_npus.clone(),
         recorded: observed.recorded.clone(),
         avoid_nodes: observe::avoid_nodes(group).into_iter().collect(),
         new_members_after: None,
@@ -232,7 +237,12 @@ async fn update_status(
     Ok(())
 }
 
-fn next_action(plan: &Plan, outcome: &Outcome, links: &LinkReport) -> Action {
+fn next_action(
+    plan: &Plan,
+    outcome: &Outcome,
+    links: &LinkReport,
+    allocation_recheck: Option<SignedDuration>,
+) -> Action {
     let busy = !outcome.created.is_empty() || !outcome.deleted.is_empty() || !plan.drain.is_empty();
     let mut after = if busy {
         Duration::from_secs(30)
@@ -242,9 +252,10 @@ fn next_action(plan: &Plan, outcome: &Outcome, links: &LinkReport) -> Action {
     if plan.unplaced > 0 {
         after = after.min(Duration::from_secs(10));
     }
-    // A drain deadline, or the moment the freshest link results turn stale (an agent that
-    // stops publishing changes nothing in the cluster, so no watch event would wake us).
-    for deadline in [plan.recheck_after, links.recheck_after]
+    // A drain deadline, a member's placement/allocation deadline, or the moment the
+    // freshest link results turn stale (an agent that stops publishing changes nothing in
+    // the cluster, so no watch event would wake us).
+    for deadline in [plan.recheck_after, links.recheck_after, allocation_recheck]
         .into_iter()
         .flatten()
     {

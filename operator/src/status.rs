@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 
 use hcomm_crds::conditions::{ConditionStatus, find_condition, set_condition};
 use hcomm_crds::contract::{
-    CONDITION_DEGRADED, CONDITION_LINKS_HEALTHY, CONDITION_PROGRESSING, CONDITION_READY, reasons,
+    CONDITION_DEGRADED, CONDITION_LINKS_HEALTHY, CONDITION_PROGRESSING, CONDITION_READY,
+    GroupReason, reasons,
 };
 use hcomm_crds::{
     GroupPhase, HcommGroup, HcommGroupStatus, MemberPhase, MemberStatus, TopologyEntry,
@@ -171,16 +172,24 @@ pub fn build(input: StatusInput<'_>) -> HcommGroupStatus {
             &now,
         );
     }
-    if joining > 0 || leaving > 0 || input.plan.unplaced > 0 {
-        let message = format!(
+    let held = input.outcome.held.as_ref();
+    if joining > 0 || leaving > 0 || input.plan.unplaced > 0 || held.is_some() {
+        let mut message = format!(
             "epoch {}: {joining} joining, {leaving} leaving, {} waiting for capacity",
             input.plan.epoch, input.plan.unplaced
         );
+        let mut reason = progress_reason;
+        if let Some(held) = held {
+            message.push_str(&format!("; rank table not published: {held}"));
+            if held.reason() == GroupReason::WaitingForAllocation {
+                reason = GroupReason::WaitingForAllocation.as_str();
+            }
+        }
         set(
             &mut conditions,
             CONDITION_PROGRESSING,
             true,
-            progress_reason,
+            reason,
             message,
             generation,
             &now,
@@ -308,14 +317,48 @@ fn degraded(input: StatusInput<'_>, previous: &HcommGroupStatus) -> (bool, &'sta
             ),
         );
     }
+    if let Some(held) = input
+        .outcome
+        .held
+        .as_ref()
+        .filter(|h| h.reason() != GroupReason::WaitingForAllocation)
+    {
+        return (
+            true,
+            held.reason().as_str(),
+            format!("epoch {}: {held}", input.plan.epoch),
+        );
+    }
     if !input.plan.failed.is_empty() {
-        let messages: Vec<String> = input
+        let failed: Vec<&ObservedMember> = input
             .members
             .iter()
             .filter(|m| input.plan.failed.contains(&m.name))
+            .collect();
+        let messages: Vec<String> = failed
+            .iter()
             .map(|m| format!("{}: {}", m.name, m.message.clone().unwrap_or_default()))
             .collect();
-        return (true, reasons::VERIFICATION_FAILED, messages.join("; "));
+        // A member given up for its placement or allocation says so; any other failure is
+        // the agent's verdict.
+        let reason = failed
+            .iter()
+            .find_map(|m| m.blocked)
+            .map_or(reasons::VERIFICATION_FAILED, GroupReason::as_str);
+        return (true, reason, messages.join("; "));
+    }
+    let unschedulable: Vec<String> = input
+        .members
+        .iter()
+        .filter(|m| m.blocked == Some(GroupReason::Unschedulable))
+        .map(|m| format!("{}: {}", m.name, m.message.clone().unwrap_or_default()))
+        .collect();
+    if !unschedulable.is_empty() {
+        return (
+            true,
+            GroupReason::Unschedulable.as_str(),
+            unschedulable.join("; "),
+        );
     }
     // A dead link between serving members is current trouble: it outranks the reminder of
     // a past drain timeout below.

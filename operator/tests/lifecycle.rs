@@ -1,7 +1,10 @@
 //! The operator against a real control plane (etcd, kube-apiserver, controller-manager,
 //! scheduler, kwok): member Pods, incremental scale-out, drain-first scale-in, drain timeout,
 //! deletion, a killed operator resuming, and leader election between two replicas. The
-//! node agent is stood in for by the test (HcommNode inventories and Pod conditions).
+//! node agent and the Ascend device plugin are stood in for by the test (HcommNode
+//! inventories, Pod conditions; NPU allocatable on the kwok Nodes, allocation annotations).
+//! Size: two long scenarios against one control plane each (starting one per case would
+//! spend the test's time on etcd and the apiserver), with their step helpers.
 
 mod support;
 
@@ -9,10 +12,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
+use hcomm_crds::contract::ascend::RESOURCE_ASCEND910;
 use hcomm_crds::contract::{
-    ANNOTATION_DEVICES, ANNOTATION_DRAIN_REQUESTED, CONDITION_DEGRADED, CONDITION_READY,
-    LABEL_EPOCH, LABEL_GROUP, LABEL_MEMBER_INDEX, LABEL_RANK, LABEL_ROLE, POD_MEMBER_READY,
-    POD_VERIFIED, READINESS_GATE, reasons,
+    ANNOTATION_DRAIN_REQUESTED, CONDITION_DEGRADED, CONDITION_READY, LABEL_EPOCH, LABEL_GROUP,
+    LABEL_MEMBER_INDEX, LABEL_RANK, LABEL_ROLE, POD_MEMBER_READY, POD_VERIFIED, READINESS_GATE,
+    reasons,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -85,6 +89,24 @@ async fn rank_table(cluster: &Cluster, group: &str) -> Result<(String, serde_jso
     ))
 }
 
+/// The rank table once it is published at `epoch`: only after the device plugin (the
+/// test's stand-in) allocated every member in it.
+async fn published(cluster: &Cluster, group: &str, epoch: &str) -> Result<serde_json::Value> {
+    wait_until(
+        &format!("{group}'s rank table at epoch {epoch}"),
+        || async {
+            let (at, table) = rank_table(cluster, group).await.ok()?;
+            (at == epoch).then_some(table)
+        },
+    )
+    .await
+}
+
+/// The node a member Pod is on, or (not bound yet) required on.
+fn node_of(pod: &Pod) -> Option<String> {
+    hcomm_operator::affinity::node_of(pod.spec.as_ref()?)
+}
+
 #[test]
 fn members_scale_out_incrementally_scale_in_only_after_draining_and_go_with_the_group() {
     run(Duration::from_secs(240), || async {
@@ -110,7 +132,10 @@ fn members_scale_out_incrementally_scale_in_only_after_draining_and_go_with_the_
             ensure!(label(pod, LABEL_ROLE) == "decode" && label(pod, LABEL_EPOCH) == "1");
             ensure!(label(pod, "app") == "worker", "template labels kept");
             let spec = pod.spec.as_ref().unwrap();
-            ensure!(spec.node_name.as_deref() == Some("n1"));
+            ensure!(
+                hcomm_operator::affinity::required_node(spec).as_deref() == Some("n1"),
+                "required on n1 by affinity"
+            );
             ensure!(spec.readiness_gates.as_ref().unwrap()[0].condition_type == READINESS_GATE);
             let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
             ensure!(
@@ -118,13 +143,18 @@ fn members_scale_out_incrementally_scale_in_only_after_draining_and_go_with_the_
                     && owner.uid == group_uid
                     && owner.kind == "HcommGroup"
             );
+            let worker = &spec.containers[0];
+            let limits = worker.resources.as_ref().unwrap().limits.as_ref().unwrap();
+            ensure!(limits[RESOURCE_ASCEND910].0 == "2", "limits: {limits:?}");
             let env = env_of(pod);
-            let devices = if index == 0 { "0,1" } else { "2,3" };
-            ensure!(pod.metadata.annotations.as_ref().unwrap()[ANNOTATION_DEVICES] == devices);
-            ensure!(env[hcomm_crds::contract::env::VISIBLE_DEVICES] == devices);
             ensure!(
-                env[hcomm_crds::contract::env::RANK_ID] == (index * 2).to_string()
+                !env.contains_key(hcomm_crds::contract::env::VISIBLE_DEVICES),
+                "the device plugin's to set"
+            );
+            ensure!(
+                env[hcomm_crds::contract::env::FIRST_RANK] == (index * 2).to_string()
                     && env[hcomm_crds::contract::env::RANK_SIZE] == "4"
+                    && !env.contains_key(hcomm_crds::contract::env::RANK_ID)
             );
             ensure!(
                 env[hcomm_crds::contract::env::LOCAL_RANK_SIZE] == "2"
@@ -135,8 +165,8 @@ fn members_scale_out_incrementally_scale_in_only_after_draining_and_go_with_the_
                     && env[hcomm_crds::contract::env::BACKEND] == "tcp"
             );
             ensure!(
-                env[hcomm_crds::contract::env::RANK_TABLE_FILE]
-                    == hcomm_crds::rank_table::RANK_TABLE_FILE
+                !env.contains_key(hcomm_crds::contract::env::RANK_TABLE_FILE),
+                "RootInfo bootstrap"
             );
             ensure!(spec.volumes.as_ref().unwrap().iter().any(|v| {
                 v.config_map
@@ -144,8 +174,13 @@ fn members_scale_out_incrementally_scale_in_only_after_draining_and_go_with_the_
                     .is_some_and(|c| c.name == "decode-rank-table")
             }));
         }
-        let (epoch, table) = rank_table(&cluster, "decode").await?;
-        ensure!(epoch == "1", "rank table epoch {epoch}");
+        let table = published(&cluster, "decode", "1").await?;
+        for pod in cluster.members("decode").await?.values() {
+            ensure!(
+                node_of(pod).as_deref() == Some("n1")
+                    && pod.spec.as_ref().unwrap().node_name.is_some()
+            );
+        }
         ensure!(
             table["version"] == "1.0"
                 && table["server_count"] == "1"
@@ -153,6 +188,13 @@ fn members_scale_out_incrementally_scale_in_only_after_draining_and_go_with_the_
         );
         ensure!(table["server_list"][0]["server_id"] == "10.0.0.1");
         ensure!(table["server_list"][0]["device"][3]["rank_id"] == "3");
+        // Devices and their addresses are the device plugin's allocation.
+        ensure!(
+            table["server_list"][0]["device"][0]["device_id"] == "0"
+                && table["server_list"][0]["device"][3]["device_id"] == "3"
+                && table["server_list"][0]["device"][2]["device_ip"] == "192.168.1.3",
+            "table: {table}"
+        );
         cluster.make_all_ready("decode").await?;
         let group = wait_ready(&cluster, "decode", 2).await?;
         let status = group.status.unwrap();
@@ -169,7 +211,7 @@ fn members_scale_out_incrementally_scale_in_only_after_draining_and_go_with_the_
         let pods = wait_members(&cluster, "decode", 3).await?;
         let joiner = &pods["decode-2-e2"];
         ensure!(label(joiner, LABEL_EPOCH) == "2" && label(joiner, LABEL_RANK) == "4");
-        ensure!(joiner.spec.as_ref().unwrap().node_name.as_deref() == Some("n2"));
+        ensure!(node_of(joiner).as_deref() == Some("n2"));
         for (name, uid) in &before {
             let pod = &pods[name];
             ensure!(
@@ -185,7 +227,7 @@ fn members_scale_out_incrementally_scale_in_only_after_draining_and_go_with_the_
                     .contains_key(ANNOTATION_DRAIN_REQUESTED)
             );
         }
-        ensure!(rank_table(&cluster, "decode").await?.0 == "2");
+        published(&cluster, "decode", "2").await?;
         cluster.make_ready("decode-2-e2").await?;
         wait_ready(&cluster, "decode", 3).await?;
 
@@ -400,7 +442,7 @@ fn a_killed_operator_resumes_a_scale_out_and_only_one_of_two_replicas_leads() {
             group.status.unwrap().epoch == 2,
             "exactly one epoch for one change"
         );
-        ensure!(rank_table(&cluster, "pool").await?.0 == "2");
+        published(&cluster, "pool", "2").await?;
 
         // A second replica stands by; only the Lease holder acts.
         let second = Operator::start(&cluster, "op-b")?;
@@ -438,15 +480,7 @@ fn a_killed_operator_resumes_a_scale_out_and_only_one_of_two_replicas_leads() {
         ensure!(second.metric("hcomm_operator_leader").await? == 1.0);
 
         // A member fails verification: it is removed and replaced, away from its node.
-        ensure!(
-            pods["pool-1-e1"]
-                .spec
-                .as_ref()
-                .unwrap()
-                .node_name
-                .as_deref()
-                == Some("n1")
-        );
+        ensure!(node_of(&pods["pool-1-e1"]).as_deref() == Some("n1"));
         cluster
             .set_conditions(
                 "pool-1-e1",
@@ -470,15 +504,7 @@ fn a_killed_operator_resumes_a_scale_out_and_only_one_of_two_replicas_leads() {
         })
         .await
         .with_context(|| second.log_tail())?;
-        ensure!(
-            pods["pool-1-e4"]
-                .spec
-                .as_ref()
-                .unwrap()
-                .node_name
-                .as_deref()
-                == Some("n2")
-        );
+        ensure!(node_of(&pods["pool-1-e4"]).as_deref() == Some("n2"));
         let group = cluster.groups().get("pool").await?;
         let avoid = group.metadata.annotations.unwrap_or_default();
         ensure!(

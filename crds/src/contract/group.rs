@@ -64,5 +64,17 @@ string_enum! {
         DrainRequested => "DrainRequested",
         /// A member Pod was deleted (Event).
         MemberDeleted => "MemberDeleted",
+        /// The scheduler cannot place a member Pod (`PodScheduled=False`, `Unschedulable`):
+        /// no node with the chosen hostname has the NPUs free, a taint or quota refuses it.
+        Unschedulable => "Unschedulable",
+        /// The epoch's rank table is held back: a member has no device-plugin allocation
+        /// annotation yet.
+        WaitingForAllocation => "WaitingForAllocation",
+        /// A member's device-plugin allocation annotation did not come within the join
+        /// deadline, or cannot be used (unreadable, wrong device count); it is replaced.
+        AllocationMissing => "AllocationMissing",
+        /// The rank table built from the allocations breaks a rule HCCL applies on load; it
+        /// is not written.
+        InvalidRankTable => "InvalidRankTable",
     }
 }

@@ -73,9 +73,18 @@ pub struct HcommGroupSpec {
     pub devices_per_member: i32,
 
     /// The worker Pod template. hcomm adds labels, the `hcomm.io/member-ready` readiness
-    /// gate, the rank-table volume and the rank environment (`RANK_TABLE_FILE`,
-    /// `ASCEND_VISIBLE_DEVICES`, `HCCL_SOCKET_IFNAME`, `RANK_ID`, `RANK_SIZE`) to it.
+    /// gate, the rank-table volume, the NPU resource request (`npu.resourceName` ×
+    /// `devicesPerMember` on every container that does not set it), a required node
+    /// affinity for the node hcomm chose, and the rank and HCCL environment (`RANK_SIZE`,
+    /// `HCOMM_FIRST_RANK`, `LOCAL_RANK_SIZE`, `HCCL_*`, and `RANK_TABLE_FILE` in
+    /// `RankTable` bootstrap; see the manual). `spec.schedulerName` (e.g. `volcano`) is kept
+    /// as written. hcomm never sets `nodeName` or `ASCEND_VISIBLE_DEVICES`: the scheduler
+    /// binds the Pod and the device plugin picks its NPUs.
     pub template: PodTemplateSpec,
+
+    /// Which NPUs members request from the device plugin.
+    #[serde(default)]
+    pub npu: NpuSpec,
 
     /// How members talk to each other.
     #[serde(default)]
@@ -121,6 +130,8 @@ impl Role {
 
 /// The communication settings of the group's domain.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("self.backend != 'hccl' || (self.connectTimeoutSeconds >= 120 && self.connectTimeoutSeconds <= 7200)").message("connectTimeoutSeconds must be between 120 and 7200 with backend hccl (it is HCCL_CONNECT_TIMEOUT, and HCCL refuses other values)").field_path(".connectTimeoutSeconds"))]
+#[x_kube(validation = Rule::new("self.backend != 'tcp' || self.connectTimeoutSeconds <= 600").message("connectTimeoutSeconds must be between 1 and 600 with backend tcp").field_path(".connectTimeoutSeconds"))]
 #[serde(rename_all = "camelCase")]
 pub struct CommSpec {
     /// The collective backend: `hccl` on Ascend NPUs, `tcp` on CPU nodes and in tests.
@@ -138,10 +149,31 @@ pub struct CommSpec {
     pub socket_ifname: Option<String>,
 
     /// How long to wait for a connection to a peer before the member is reported
-    /// unreachable (seconds, 1–600).
+    /// unreachable (seconds). With `backend: hccl` it is also `HCCL_CONNECT_TIMEOUT` and
+    /// must lie in HCCL's range, 120–7200; with `backend: tcp` (hcomm's own engine) 1–600.
     #[serde(default = "default_connect_timeout_seconds")]
-    #[schemars(range(min = 1, max = 600))]
+    #[schemars(range(min = 1, max = 7200))]
     pub connect_timeout_seconds: i32,
+
+    /// How long HCCL lets one collective run before it reports a timeout
+    /// (`HCCL_EXEC_TIMEOUT`, seconds; 0 means never; HCCL's default 1836). Only for
+    /// `backend: hccl`; hcomm's TCP engine uses `opTimeoutSeconds`.
+    #[serde(default = "default_exec_timeout_seconds")]
+    #[schemars(range(min = 0, max = 2147483647))]
+    pub exec_timeout_seconds: i32,
+
+    /// HCCL's buffer per communicator, in MB (`HCCL_BUFFSIZE`, at least 1; HCCL's default
+    /// 200). HCCL allocates twice this per communicator on every NPU.
+    #[serde(default = "default_buffer_size_mb")]
+    #[schemars(range(min = 1, max = 65536))]
+    pub buffer_size_mb: i32,
+
+    /// How workers build their HCCL communicator. `RootInfo` (default): from the root's
+    /// `HcclGetRootInfo` blob, as torch_npu does without a rank table; hcomm sets no
+    /// `RANK_TABLE_FILE`. `RankTable`: from the rank table hcomm publishes (the mounted
+    /// file `RANK_TABLE_FILE` points to), as MindIE and rank-table torch_npu jobs do.
+    #[serde(default)]
+    pub bootstrap: Bootstrap,
 
     /// How long one collective may take before it fails with a timeout naming the peer it
     /// waited for (seconds, 1–3600).
@@ -164,13 +196,64 @@ impl Default for CommSpec {
             socket_ifname: None,
             connect_timeout_seconds: default_connect_timeout_seconds(),
             op_timeout_seconds: default_op_timeout_seconds(),
+            exec_timeout_seconds: default_exec_timeout_seconds(),
+            buffer_size_mb: default_buffer_size_mb(),
+            bootstrap: Bootstrap::default(),
             algorithm: Algorithm::default(),
         }
     }
 }
 
+/// HCCL's own default and lowest allowed `HCCL_CONNECT_TIMEOUT`: valid for both backends.
 fn default_connect_timeout_seconds() -> i32 {
-    30
+    120
+}
+
+/// HCCL's default `HCCL_EXEC_TIMEOUT` on A2/A3.
+fn default_exec_timeout_seconds() -> i32 {
+    1836
+}
+
+/// HCCL's default `HCCL_BUFFSIZE`.
+fn default_buffer_size_mb() -> i32 {
+    200
+}
+
+/// How workers build their HCCL communicator.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Bootstrap {
+    /// From the root rank's `HcclGetRootInfo` blob (`HcclCommInitRootInfo`); no
+    /// `RANK_TABLE_FILE` is set.
+    #[default]
+    RootInfo,
+    /// From the published rank table (`HcclCommInitClusterInfo`); `RANK_TABLE_FILE` is set.
+    RankTable,
+}
+
+/// Which NPUs members request from the device plugin.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NpuSpec {
+    /// The extended resource the Ascend device plugin advertises: `huawei.com/Ascend910`
+    /// (910, 910B, 910C/A3; default), `huawei.com/Ascend310P`, `huawei.com/npu`
+    /// (Atlas 350/850/950). Each member requests `devicesPerMember` of it; the scheduler
+    /// counts it and the device plugin picks the NPUs.
+    #[serde(default = "default_resource_name")]
+    #[schemars(length(min = 3, max = 253))]
+    #[x_kube(validation = Rule::new(r"self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')").message("npu.resourceName must be an extended resource name 'domain/name', e.g. 'huawei.com/Ascend910'"))]
+    pub resource_name: String,
+}
+
+impl Default for NpuSpec {
+    fn default() -> Self {
+        Self {
+            resource_name: default_resource_name(),
+        }
+    }
+}
+
+fn default_resource_name() -> String {
+    crate::contract::ascend::RESOURCE_ASCEND910.to_owned()
 }
 
 fn default_op_timeout_seconds() -> i32 {

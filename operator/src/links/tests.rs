@@ -21,6 +21,7 @@ fn node(name: &str, ip: &str) -> NodeInventory {
         topology: Default::default(),
         data_address: Some(ip.into()),
         devices: vec![],
+        npus: 0,
     }
 }
 

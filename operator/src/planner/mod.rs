@@ -1,5 +1,5 @@
 //! The planner (pure): from the spec, the observed members and the node inventory to the
-//! next plan — who joins (index, node, devices, name), who is asked to drain, who is
+//! next plan — who joins (index, node, name; the device plugin picks the NPUs), who is asked to drain, who is
 //! deleted, the planned member set and its epoch.
 //!
 //! Data flow: `reconcile` fetches the cluster state and builds a [`PlanInput`];
@@ -15,6 +15,7 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use hcomm_crds::contract::ascend::DeviceAllocation;
 use hcomm_crds::{MemberPhase, ScalingStrategy};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
@@ -54,8 +55,8 @@ pub struct PlanInput {
     pub members: Vec<ObservedMember>,
     /// Node inventories.
     pub nodes: Vec<NodeInventory>,
-    /// Devices held by member Pods of every group, per node.
-    pub used_devices: BTreeMap<String, BTreeSet<i32>>,
+    /// NPUs requested by the operator's member Pods of every group, per node.
+    pub used_npus: BTreeMap<String, u32>,
     /// The recorded epoch and member set.
     pub recorded: Recorded,
     /// Nodes where members of this group failed recently.
@@ -76,8 +77,11 @@ pub struct PlannedMember {
     pub index: i32,
     /// Node.
     pub node: String,
-    /// Physical device ids in local-rank order.
+    /// Physical device ids in local-rank order, from the device plugin's allocation; empty
+    /// for a joiner (not allocated yet).
     pub devices: Vec<i32>,
+    /// The device plugin's allocation, once written (never for a joiner).
+    pub allocation: Option<DeviceAllocation>,
     /// Created by this plan.
     pub joiner: bool,
 }
@@ -195,7 +199,7 @@ pub fn plan(input: &PlanInput) -> Plan {
         .collect();
 
     // 2. Who joins, and where.
-    let mut capacity = Capacity::new(&input.nodes, &input.used_devices);
+    let mut capacity = Capacity::new(&input.nodes, &input.used_npus);
     let mut avoid = input.avoid_nodes.clone();
     avoid.extend(failed.iter().filter_map(|m| m.node.clone()));
     let (joiner_slots, unplaced) = plan_joiners(input, &kept, &victims, &mut capacity, &avoid);
@@ -214,10 +218,11 @@ pub fn plan(input: &PlanInput) -> Plan {
             index: m.index,
             node: m.node.clone().unwrap_or_default(),
             devices: m.devices.clone(),
+            allocation: m.allocation.clone().and_then(Result::ok),
             joiner: false,
         })
         .collect();
-    for (index, node, devices) in joiner_slots {
+    for (index, node) in joiner_slots {
         let name = ranks::member_name(&desired.group, index, epoch);
         // A Pod of that name may still exist (terminating); never reuse it: wait.
         if existing.contains(name.as_str()) {
@@ -227,7 +232,8 @@ pub fn plan(input: &PlanInput) -> Plan {
             name,
             index,
             node,
-            devices,
+            devices: Vec::new(),
+            allocation: None,
             joiner: true,
         });
     }
@@ -294,14 +300,14 @@ fn rolling_victims<'a>(
     stale
 }
 
-/// Joiner slots `(index, node, devices)` and how many desired members found no room.
+/// Joiner slots `(index, node)` and how many desired members found no room.
 fn plan_joiners(
     input: &PlanInput,
     kept: &[&ObservedMember],
     victims: &[&ObservedMember],
     capacity: &mut Capacity<'_>,
     avoid: &BTreeSet<String>,
-) -> (Vec<(i32, String, Vec<i32>)>, usize) {
+) -> (Vec<(i32, String)>, usize) {
     let desired = &input.desired;
     let replicas = desired.replicas.max(0) as usize;
     if desired.deleting || kept.len() >= replicas {
@@ -343,9 +349,9 @@ fn plan_joiners(
             .or_else(|| nodes_by_index.range(index..).next())
             .map(|(_, node)| node.clone());
         match capacity.place(per_member, neighbour.as_deref(), avoid) {
-            Some((node, devices)) => {
+            Some(node) => {
                 nodes_by_index.insert(index, node.clone());
-                slots.push((index, node, devices));
+                slots.push((index, node));
             }
             None => break,
         }

@@ -1,12 +1,16 @@
-//! Placement (pure): which node and which physical devices a new member gets.
+//! Placement (pure): which node a new member goes to. Which NPUs of that node it gets is
+//! the device plugin's choice at admission, not the operator's.
 //!
-//! Inputs are the `HcommNode` inventories and the devices already assigned to member
-//! Pods of any group (annotation `hcomm.io/devices`); a device is never assigned twice
-//! and only healthy devices are used. A member's devices are on one node, so intra-member
-//! subgroups (tensor parallel) never span nodes. Among the nodes with room, a member goes
-//! next to its ring neighbour (the member with the nearest lower index): same node, then
-//! same switch, rack, super-pod; ties break by topology order (super-pod, rack, switch,
-//! node). Nodes where a member recently failed are used only when nothing else fits.
+//! A node's room is its allocatable NPU resource (`Node.status.allocatable`, what the
+//! device plugin advertises: healthy NPUs only) minus what hcomm member Pods already
+//! request there (bound, or required there by the affinity hcomm wrote). Only Pods this
+//! operator owns are counted; other workloads are the scheduler's business, and a Pod it
+//! then cannot place is reported `Unschedulable`. A member's NPUs are on one node, so
+//! intra-member subgroups (tensor parallel) never span nodes. Among the nodes with room, a
+//! member goes next to its ring neighbour (the member with the nearest lower index): same
+//! node, then same switch, rack, super-pod; ties break by topology order (super-pod, rack,
+//! switch, node). Nodes where a member recently failed are used only when nothing else
+//! fits.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -32,8 +36,11 @@ pub struct NodeInventory {
     pub topology: TopologyLabels,
     /// The node's data address.
     pub data_address: Option<String>,
-    /// Its devices.
+    /// Its devices, as its agent reports them (`HcommNode`).
     pub devices: Vec<Device>,
+    /// The NPUs of the group's resource the node can give (its allocatable), 0 when the
+    /// Kubernetes Node is missing or does not advertise the resource.
+    pub npus: u32,
 }
 
 /// Sort key: members are ordered by super-pod, rack, switch, node.
@@ -58,31 +65,25 @@ pub fn distance(a: &NodeInventory, b: &NodeInventory) -> u8 {
     }
 }
 
-/// Free devices per node, mutated as members are placed.
+/// Free NPUs per node, mutated as members are placed.
 #[derive(Debug, Clone)]
 pub struct Capacity<'a> {
     nodes: Vec<&'a NodeInventory>,
-    free: BTreeMap<&'a str, Vec<i32>>,
+    free: BTreeMap<&'a str, u32>,
 }
 
 impl<'a> Capacity<'a> {
-    /// Healthy devices of `nodes` minus `used` (node → device ids held by any member Pod).
-    pub fn new(nodes: &'a [NodeInventory], used: &BTreeMap<String, BTreeSet<i32>>) -> Self {
+    /// The allocatable NPUs of `nodes` minus `used` (node → NPUs requested there by member
+    /// Pods).
+    pub fn new(nodes: &'a [NodeInventory], used: &BTreeMap<String, u32>) -> Self {
         let mut sorted: Vec<&NodeInventory> = nodes.iter().collect();
         sorted.sort_by(|a, b| topology_key(a).cmp(&topology_key(b)));
+        sorted.dedup_by(|a, b| a.name == b.name);
         let free = sorted
             .iter()
             .map(|node| {
-                let taken = used.get(&node.name);
-                let mut ids: Vec<i32> = node
-                    .devices
-                    .iter()
-                    .filter(|d| d.healthy && !taken.is_some_and(|t| t.contains(&d.id)))
-                    .map(|d| d.id)
-                    .collect();
-                ids.sort_unstable();
-                ids.dedup();
-                (node.name.as_str(), ids)
+                let taken = used.get(&node.name).copied().unwrap_or(0);
+                (node.name.as_str(), node.npus.saturating_sub(taken))
             })
             .collect();
         Self {
@@ -96,25 +97,22 @@ impl<'a> Capacity<'a> {
         self.nodes.iter().copied().find(|n| n.name == name)
     }
 
-    /// Places one member of `count` devices next to `neighbour` (a node name), avoiding
-    /// `avoid` when possible. Returns the node and the devices (lowest ids first), and
-    /// marks them used; `None` when no node has room.
+    /// Places one member of `count` NPUs next to `neighbour` (a node name), avoiding
+    /// `avoid` when possible. Returns the node and marks the NPUs taken; `None` when no
+    /// node has room.
     pub fn place(
         &mut self,
         count: usize,
         neighbour: Option<&str>,
         avoid: &BTreeSet<String>,
-    ) -> Option<(String, Vec<i32>)> {
+    ) -> Option<String> {
+        let count = u32::try_from(count).unwrap_or(u32::MAX);
         let neighbour = neighbour.and_then(|n| self.node(n));
         let best = self
             .nodes
             .iter()
             .enumerate()
-            .filter(|(_, n)| {
-                self.free
-                    .get(n.name.as_str())
-                    .is_some_and(|f| f.len() >= count)
-            })
+            .filter(|(_, n)| self.free.get(n.name.as_str()).is_some_and(|f| *f >= count))
             .min_by_key(|(order, n)| {
                 (
                     avoid.contains(&n.name),
@@ -124,13 +122,14 @@ impl<'a> Capacity<'a> {
             })
             .map(|(_, n)| *n)?;
         let free = self.free.get_mut(best.name.as_str())?;
-        let devices: Vec<i32> = free.drain(..count).collect();
-        Some((best.name.clone(), devices))
+        *free -= count;
+        Some(best.name.clone())
     }
 
-    /// How many members of `count` devices still fit.
+    /// How many members of `count` NPUs still fit.
     pub fn members_that_fit(&self, count: usize) -> usize {
-        self.free.values().map(|f| f.len() / count.max(1)).sum()
+        let count = u32::try_from(count.max(1)).unwrap_or(u32::MAX);
+        self.free.values().map(|f| (f / count) as usize).sum()
     }
 }
 
@@ -147,28 +146,35 @@ mod tests {
                 switch: Some(switch.into()),
             },
             data_address: Some(format!("10.0.0.{}", name.len())),
-            devices: (0..devices)
-                .map(|id| Device {
-                    id,
-                    ip: None,
-                    healthy: true,
-                })
-                .collect(),
+            devices: Vec::new(),
+            npus: u32::try_from(devices).unwrap(),
         }
     }
 
     #[test]
-    fn unhealthy_and_used_devices_are_never_assigned() {
-        let mut n = node("a", "r0", "s0", 4);
-        n.devices[0].healthy = false;
-        let nodes = vec![n];
-        let used = BTreeMap::from([("a".to_owned(), BTreeSet::from([1]))]);
+    fn npus_requested_by_members_are_never_planned_twice() {
+        let nodes = vec![node("a", "r0", "s0", 4)];
+        let used = BTreeMap::from([("a".to_owned(), 1)]);
         let mut capacity = Capacity::new(&nodes, &used);
+        assert_eq!(capacity.members_that_fit(2), 1);
         assert_eq!(
             capacity.place(2, None, &BTreeSet::new()),
-            Some(("a".to_owned(), vec![2, 3]))
+            Some("a".to_owned())
+        );
+        assert_eq!(capacity.place(2, None, &BTreeSet::new()), None);
+        assert_eq!(
+            capacity.place(1, None, &BTreeSet::new()),
+            Some("a".to_owned())
         );
         assert_eq!(capacity.place(1, None, &BTreeSet::new()), None);
+    }
+
+    #[test]
+    fn more_requested_than_allocatable_leaves_no_room_and_no_underflow() {
+        let nodes = vec![node("a", "r0", "s0", 2)];
+        let used = BTreeMap::from([("a".to_owned(), 5)]);
+        let capacity = Capacity::new(&nodes, &used);
+        assert_eq!(capacity.members_that_fit(1), 0);
     }
 
     #[test]
@@ -178,9 +184,9 @@ mod tests {
             node("n2", "r1", "s1", 2),
             node("n3", "r1", "s1", 2),
         ];
-        let used = BTreeMap::from([("n3".to_owned(), BTreeSet::from([0, 1]))]);
+        let used = BTreeMap::from([("n3".to_owned(), 2)]);
         let mut capacity = Capacity::new(&nodes, &used);
-        let (first, _) = capacity.place(2, Some("n3"), &BTreeSet::new()).unwrap();
+        let first = capacity.place(2, Some("n3"), &BTreeSet::new()).unwrap();
         assert_eq!(first, "n2", "same switch as n3 beats topology order");
     }
 
@@ -189,7 +195,7 @@ mod tests {
         let nodes = vec![node("n1", "r0", "s0", 2), node("n2", "r0", "s0", 2)];
         let avoid = BTreeSet::from(["n1".to_owned()]);
         let mut capacity = Capacity::new(&nodes, &BTreeMap::new());
-        assert_eq!(capacity.place(2, None, &avoid).unwrap().0, "n2");
-        assert_eq!(capacity.place(2, None, &avoid).unwrap().0, "n1");
+        assert_eq!(capacity.place(2, None, &avoid).unwrap(), "n2");
+        assert_eq!(capacity.place(2, None, &avoid).unwrap(), "n1");
     }
 }

@@ -1,5 +1,7 @@
 //! Planner tests: rules as examples, then a seeded simulation that plays the operator,
 //! the agent and the user against each other and checks the invariants after every step.
+//! Size: the simulated world (operator, agent, device plugin) and the rules it checks share
+//! one file so each invariant reads next to the world that exercises it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,13 +22,8 @@ fn node(name: &str, switch: &str, devices: i32) -> NodeInventory {
             switch: Some(switch.into()),
         },
         data_address: None,
-        devices: (0..devices)
-            .map(|id| Device {
-                id,
-                ip: None,
-                healthy: true,
-            })
-            .collect(),
+        devices: Vec::new(),
+        npus: u32::try_from(devices).unwrap(),
     }
 }
 
@@ -66,17 +63,17 @@ impl World {
     }
 
     fn input(&self, desired: &Desired) -> PlanInput {
-        let mut used: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
+        let mut used: BTreeMap<String, u32> = BTreeMap::new();
         for m in &self.members {
             if let Some(n) = &m.node {
-                used.entry(n.clone()).or_default().extend(&m.devices);
+                *used.entry(n.clone()).or_default() += desired.devices_per_member as u32;
             }
         }
         PlanInput {
             desired: desired.clone(),
             members: self.members.clone(),
             nodes: self.nodes.clone(),
-            used_devices: used,
+            used_npus: used,
             recorded: self.recorded.clone(),
             avoid_nodes: BTreeSet::new(),
             new_members_after: None,
@@ -84,15 +81,38 @@ impl World {
         }
     }
 
-    /// Carries a plan out the way `apply` does: Pods, drain requests, deletions, record.
-    fn apply(&mut self, plan: &Plan) {
+    /// Carries a plan out the way `apply` does (Pods, drain requests, deletions, record),
+    /// and plays the device plugin: each joiner gets the lowest `dpm` NPUs of its node
+    /// that no Pod holds, and there must be that many (the planner never overcommits).
+    fn apply(&mut self, plan: &Plan, dpm: i32) {
         for j in plan.joiners() {
+            let npus = self.nodes.iter().find(|n| n.name == j.node).unwrap().npus as i32;
+            let held: BTreeSet<i32> = self
+                .members
+                .iter()
+                .filter(|m| m.node.as_deref() == Some(j.node.as_str()))
+                .flat_map(|m| m.devices.iter().copied())
+                .collect();
+            let devices: Vec<i32> = (0..npus)
+                .filter(|d| !held.contains(d))
+                .take(dpm as usize)
+                .collect();
+            assert_eq!(
+                devices.len(),
+                dpm as usize,
+                "{} planned on {} without room",
+                j.name,
+                j.node
+            );
             self.members.push(ObservedMember {
                 name: j.name.clone(),
                 index: j.index,
                 epoch: plan.epoch,
                 node: Some(j.node.clone()),
-                devices: j.devices.clone(),
+                allocation: None,
+                unschedulable: None,
+                blocked: None,
+                devices,
                 phase: MemberPhase::Pending,
                 failed: false,
                 message: None,
@@ -149,17 +169,16 @@ fn a_new_group_gets_members_in_topology_order_at_epoch_one() {
     let plan = plan(&world.input(&desired(3, 2)));
     assert_eq!(plan.epoch, 1);
     assert!(plan.changed);
-    let placed: Vec<(&str, Vec<i32>)> = plan
-        .members
-        .iter()
-        .map(|m| (m.node.as_str(), m.devices.clone()))
-        .collect();
-    assert_eq!(
-        placed,
-        vec![("a", vec![0, 1]), ("a", vec![2, 3]), ("b", vec![0, 1])]
+    let placed: Vec<&str> = plan.members.iter().map(|m| m.node.as_str()).collect();
+    assert_eq!(placed, vec!["a", "a", "b"]);
+    assert!(
+        plan.members
+            .iter()
+            .all(|m| m.devices.is_empty() && m.allocation.is_none()),
+        "the device plugin, not the planner, picks a joiner's NPUs"
     );
     assert_eq!(plan.members[2].name, "g-2-e1");
-    world.apply(&plan);
+    world.apply(&plan, 2);
     let again = super::plan(&world.input(&desired(3, 2)));
     assert_eq!(again.epoch, 1);
     assert!(!again.changed && again.drain.is_empty() && again.joiners().count() == 0);
@@ -168,7 +187,7 @@ fn a_new_group_gets_members_in_topology_order_at_epoch_one() {
 #[test]
 fn scale_out_keeps_existing_members_and_bumps_the_epoch_once() {
     let mut world = World::new(vec![node("a", "s0", 8)]);
-    world.apply(&plan(&world.input(&desired(2, 2))));
+    world.apply(&plan(&world.input(&desired(2, 2))), 2);
     let before: Vec<_> = world.members.clone();
     let grow = plan(&world.input(&desired(4, 2)));
     assert_eq!(grow.epoch, 2);
@@ -180,14 +199,14 @@ fn scale_out_keeps_existing_members_and_bumps_the_epoch_once() {
         let kept = grow.members.iter().find(|p| p.name == m.name).unwrap();
         assert_eq!((kept.index, &kept.devices), (m.index, &m.devices));
     }
-    world.apply(&grow);
+    world.apply(&grow, 2);
     assert_eq!(plan(&world.input(&desired(4, 2))).epoch, 2);
 }
 
 #[test]
 fn scale_in_drains_the_highest_index_and_deletes_it_only_once_drained() {
     let mut world = World::new(vec![node("a", "s0", 8)]);
-    world.apply(&plan(&world.input(&desired(3, 1))));
+    world.apply(&plan(&world.input(&desired(3, 1))), 1);
     for m in &mut world.members {
         m.running = true;
         m.serving = true;
@@ -196,7 +215,7 @@ fn scale_in_drains_the_highest_index_and_deletes_it_only_once_drained() {
     assert_eq!(shrink.drain, vec!["g-2-e1".to_owned()]);
     assert_eq!(shrink.epoch, 2);
     assert!(shrink.delete.is_empty());
-    world.apply(&shrink);
+    world.apply(&shrink, 1);
     let waiting = plan(&world.input(&desired(2, 1)));
     assert!(waiting.delete.is_empty(), "not drained yet");
     assert_eq!(waiting.epoch, 2);
@@ -209,12 +228,12 @@ fn scale_in_drains_the_highest_index_and_deletes_it_only_once_drained() {
 #[test]
 fn a_drain_that_times_out_is_deleted_with_that_reason() {
     let mut world = World::new(vec![node("a", "s0", 8)]);
-    world.apply(&plan(&world.input(&desired(2, 1))));
+    world.apply(&plan(&world.input(&desired(2, 1))), 1);
     for m in &mut world.members {
         m.running = true;
         m.serving = true;
     }
-    world.apply(&plan(&world.input(&desired(1, 1))));
+    world.apply(&plan(&world.input(&desired(1, 1))), 1);
     world.now += SignedDuration::from_secs(61);
     let late = plan(&world.input(&desired(1, 1)));
     assert_eq!(late.delete[0].reason, RemovalReason::DrainTimedOut);
@@ -225,7 +244,7 @@ fn not_enough_devices_leaves_joiners_unplaced_without_an_epoch_change() {
     let mut world = World::new(vec![node("a", "s0", 3)]);
     let first = plan(&world.input(&desired(2, 2)));
     assert_eq!((first.members.len(), first.unplaced), (1, 1));
-    world.apply(&first);
+    world.apply(&first, 2);
     let again = plan(&world.input(&desired(2, 2)));
     assert_eq!((again.unplaced, again.epoch, again.changed), (1, 1, false));
 }
@@ -233,7 +252,7 @@ fn not_enough_devices_leaves_joiners_unplaced_without_an_epoch_change() {
 #[test]
 fn a_failed_member_is_drained_and_replaced_on_another_node() {
     let mut world = World::new(vec![node("a", "s0", 2), node("b", "s0", 2)]);
-    world.apply(&plan(&world.input(&desired(1, 1))));
+    world.apply(&plan(&world.input(&desired(1, 1))), 1);
     assert_eq!(world.members[0].node.as_deref(), Some("a"));
     world.members[0].failed = true;
     world.members[0].running = true;
@@ -242,7 +261,7 @@ fn a_failed_member_is_drained_and_replaced_on_another_node() {
     assert_eq!(replace.failed_nodes, BTreeSet::from(["a".to_owned()]));
     let joiner = replace.joiners().next().unwrap();
     assert_eq!((joiner.index, joiner.node.as_str()), (0, "b"));
-    world.apply(&replace);
+    world.apply(&replace, 1);
     let next = plan(&world.input(&desired(1, 1)));
     assert_eq!(next.delete[0].reason, RemovalReason::NotServing);
 }
@@ -250,7 +269,7 @@ fn a_failed_member_is_drained_and_replaced_on_another_node() {
 #[test]
 fn while_failures_back_off_a_failed_member_is_drained_but_replaced_only_after_the_delay() {
     let mut world = World::new(vec![node("a", "s0", 2), node("b", "s0", 2)]);
-    world.apply(&plan(&world.input(&desired(1, 1))));
+    world.apply(&plan(&world.input(&desired(1, 1))), 1);
     world.members[0].failed = true;
     world.members[0].running = true;
     let mut input = world.input(&desired(1, 1));
@@ -276,17 +295,17 @@ fn rebuild_tears_everything_down_before_building_the_new_set() {
     let mut world = World::new(vec![node("a", "s0", 8)]);
     let mut d = desired(2, 1);
     d.strategy = ScalingStrategy::Rebuild;
-    world.apply(&plan(&world.input(&d)));
+    world.apply(&plan(&world.input(&d)), 1);
     d.replicas = 3;
     let teardown = plan(&world.input(&d));
     assert_eq!(teardown.drain.len(), 2);
     assert_eq!(teardown.joiners().count(), 0);
     assert_eq!(teardown.epoch, 2);
-    world.apply(&teardown);
+    world.apply(&teardown, 1);
     for m in &mut world.members {
         m.drained = true;
     }
-    world.apply(&plan(&world.input(&d)));
+    world.apply(&plan(&world.input(&d)), 1);
     let rebuild = plan(&world.input(&d));
     assert_eq!(rebuild.joiners().count(), 3);
     assert_eq!(rebuild.epoch, 3);
@@ -295,7 +314,7 @@ fn rebuild_tears_everything_down_before_building_the_new_set() {
 #[test]
 fn deleting_the_group_drains_everyone_and_finishes_when_nothing_is_left() {
     let mut world = World::new(vec![node("a", "s0", 8)]);
-    world.apply(&plan(&world.input(&desired(2, 1))));
+    world.apply(&plan(&world.input(&desired(2, 1))), 1);
     let mut d = desired(2, 1);
     d.deleting = true;
     let p = plan(&world.input(&d));
@@ -359,13 +378,10 @@ fn random_scaling_keeps_every_invariant_and_converges() {
                 p.joiners().count() + joining <= d.max_joining as usize || p.joiners().count() == 0,
                 "{ctx}"
             );
-            // Indices unique; each joiner's devices on one node, exactly dpm of them.
+            // Indices unique; each joiner fits its node (`World::apply` asserts the room).
             let indices: BTreeSet<i32> = p.members.iter().map(|m| m.index).collect();
             assert_eq!(indices.len(), p.members.len(), "{ctx}");
-            for j in p.joiners() {
-                assert_eq!(j.devices.len(), dpm as usize, "{ctx}");
-            }
-            world.apply(&p);
+            world.apply(&p, dpm);
             // No device held twice on a node.
             let mut seen = BTreeSet::new();
             for m in &world.members {
@@ -381,7 +397,7 @@ fn random_scaling_keeps_every_invariant_and_converges() {
         }
         for _ in 0..40 {
             let p = plan(&world.input(&d));
-            world.apply(&p);
+            world.apply(&p, dpm);
             for m in &mut world.members {
                 m.running = true;
                 m.serving = m.drain_requested_at.is_none();
@@ -396,7 +412,7 @@ fn random_scaling_keeps_every_invariant_and_converges() {
         let capacity: usize = world
             .nodes
             .iter()
-            .map(|n| n.devices.len() / dpm as usize)
+            .map(|n| n.npus as usize / dpm as usize)
             .sum();
         let expected = (d.replicas as usize).min(capacity);
         assert_eq!(world.members.len(), expected, "seed {seed} converges");
@@ -408,12 +424,12 @@ fn random_scaling_keeps_every_invariant_and_converges() {
 #[test]
 fn a_member_on_an_unreachable_node_is_deleted_without_waiting_for_its_drain() {
     let mut world = World::new(vec![node("a", "s0", 2), node("b", "s0", 2)]);
-    world.apply(&plan(&world.input(&desired(1, 1))));
+    world.apply(&plan(&world.input(&desired(1, 1))), 1);
     let m = &mut world.members[0];
     (m.running, m.serving, m.failed, m.unreachable) = (true, true, true, true);
     let replace = plan(&world.input(&desired(1, 1)));
     assert_eq!(replace.drain, vec!["g-0-e1".to_owned()]);
-    world.apply(&replace);
+    world.apply(&replace, 1);
     // Its agent cannot answer the drain; the deletion does not wait for the timeout.
     let next = plan(&world.input(&desired(1, 1)));
     assert_eq!(next.delete[0].reason, RemovalReason::Unreachable);
@@ -425,7 +441,7 @@ fn a_new_weights_digest_rolls_members_one_at_a_time_while_the_others_serve() {
     let mut want = desired(3, 1);
     want.weights_digest = Some("sha256:v1".into());
     world.weights = want.weights_digest.clone();
-    world.apply(&plan(&world.input(&want)));
+    world.apply(&plan(&world.input(&want)), 1);
     let ready = |w: &mut World| {
         for m in &mut w.members {
             if m.phase != MemberPhase::Draining {
@@ -452,7 +468,7 @@ fn a_new_weights_digest_rolls_members_one_at_a_time_while_the_others_serve() {
             .count();
         assert!(serving >= 2, "at most maxUnavailable (1) out of service");
         rolled.extend(p.drain.clone());
-        world.apply(&p);
+        world.apply(&p, 1);
         for m in &mut world.members {
             if m.phase == MemberPhase::Draining {
                 m.drained = true;

@@ -1,8 +1,10 @@
 //! Test support for the operator against a real control plane: the operator as a child
-//! process, a stand-in for the node agent (HcommNode inventories, Pod conditions), and
-//! waits with deadlines.
+//! process, a stand-in for the node agent (HcommNode inventories, Pod conditions), one for
+//! the Ascend device plugin ([`device_plugin`]), and waits with deadlines.
 
 #![allow(dead_code)]
+
+pub mod device_plugin;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -51,6 +53,7 @@ pub struct Cluster {
     pub cp: ControlPlane,
     pub client: kube::Client,
     pub namespace: String,
+    pub device_plugin: device_plugin::DevicePlugin,
 }
 
 impl Cluster {
@@ -73,6 +76,7 @@ impl Cluster {
         };
         namespaces.create(&PostParams::default(), &ns).await?;
         Ok(Self {
+            device_plugin: device_plugin::DevicePlugin::start(client.clone(), namespace),
             cp,
             client,
             namespace: namespace.to_owned(),
@@ -87,7 +91,8 @@ impl Cluster {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
-    /// A kwok Node plus the `HcommNode` its agent would publish.
+    /// A kwok Node advertising `devices` NPUs (served by the device-plugin stand-in) plus
+    /// the `HcommNode` its agent would publish.
     pub async fn add_node(
         &self,
         name: &str,
@@ -97,6 +102,9 @@ impl Cluster {
         ip: &str,
     ) -> Result<()> {
         self.cp.create_fake_node(name, BTreeMap::new()).await?;
+        self.device_plugin
+            .add_node(self.client.clone(), name, u32::try_from(devices)?)
+            .await?;
         let api: Api<HcommNode> = Api::all(self.client.clone());
         let node: HcommNode = serde_json::from_value(serde_json::json!({
             "apiVersion": hcomm_crds::API_GROUP_VERSION, "kind": "HcommNode",
