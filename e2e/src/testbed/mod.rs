@@ -52,7 +52,10 @@ use crate::hosts::{HostProcess, Shaping, SimHosts, SimHostsOptions};
 pub struct TestbedOptions {
     /// Simulated hosts (Kubernetes Nodes `host-0..`).
     pub hosts: usize,
-    /// Devices (ranks) each host's agent offers (`--cpu-devices`).
+    /// NPUs of each host: what its Node advertises to the scheduler
+    /// (`huawei.com/Ascend910`), what the device-plugin stand-in allocates from, and the
+    /// devices its agent offers (`--cpu-devices`) — one number, so the three never
+    /// disagree.
     pub devices_per_host: u32,
     /// Shaping of every host's data link.
     pub data_shaping: Shaping,
@@ -62,8 +65,6 @@ pub struct TestbedOptions {
     pub hosts_mode: HostsMode,
     /// How long the agents keep a weights version no link uses (`--weights-gc-grace-secs`).
     pub weights_gc_grace: Duration,
-    /// NPUs each host's Node advertises to the scheduler (`huawei.com/Ascend910`).
-    pub npus_per_host: u32,
 }
 
 /// What the simulated hosts are made of.
@@ -87,7 +88,6 @@ impl Default for TestbedOptions {
             health_interval: Duration::from_secs(1),
             hosts_mode: HostsMode::Namespaces,
             weights_gc_grace: Duration::from_secs(5),
-            npus_per_host: 8,
         }
     }
 }
@@ -123,7 +123,7 @@ impl Testbed {
             SimHosts::create(
                 SimHostsOptions::new(options.hosts)
                     .data_shaping(options.data_shaping)
-                    .npus(options.npus_per_host),
+                    .npus(options.devices_per_host),
             )
         };
         let hosts = match options.hosts_mode {
@@ -167,7 +167,7 @@ impl Testbed {
                     "operator.replicas=1".to_owned(),
                     "operator.nodeSelector.hcomm-testbed=runs-as-a-process".to_owned(),
                 ],
-                npus_per_node: options.npus_per_host,
+                npus_per_node: options.devices_per_host,
             },
         )
         .await?;
@@ -191,13 +191,13 @@ impl Testbed {
         bed.install_ascend_roots()?;
         // The kubelet's side first (device plugin, PodResources sockets), so an agent
         // finds its socket from its start.
-        bed.device_plugin = (bed.options.npus_per_host > 0).then(|| {
+        bed.device_plugin = (bed.options.devices_per_host > 0).then(|| {
             DevicePlugin::new(
                 hcomm_crds::contract::ascend::RESOURCE_ASCEND910,
                 bed.hosts
                     .hosts()
                     .iter()
-                    .map(|h| (h.name().to_owned(), bed.options.npus_per_host))
+                    .map(|h| (h.name().to_owned(), bed.options.devices_per_host))
                     .collect(),
             )
         });
