@@ -360,9 +360,9 @@ fn unschedulable(p: &Pod) -> bool {
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| {
             cs.iter().any(|c| {
-                c.type_ == "PodScheduled"
+                c.type_ == hcomm_crds::contract::POD_SCHEDULED
                     && c.status == "False"
-                    && c.reason.as_deref() == Some("Unschedulable")
+                    && c.reason.as_deref() == Some(hcomm_crds::contract::SCHEDULER_UNSCHEDULABLE)
             })
         })
 }
@@ -382,7 +382,7 @@ fn env_of(pid: u32, key: &str) -> anyhow::Result<Option<String>> {
 
 async fn the_scheduler_counts_npus(c: &mut Cluster) -> harness::Outcome {
     c.create("npu-nine", 9, None).await?;
-    c.wait_pod("npu-nine", "Unschedulable", unschedulable)
+    c.wait_pod("npu-nine", "unschedulable", unschedulable)
         .await?;
     ensure!(node_of(&c.pods().get("npu-nine").await?).is_none());
     c.create("npu-four-a", 4, Some("host-0")).await?;
@@ -393,7 +393,7 @@ async fn the_scheduler_counts_npus(c: &mut Cluster) -> harness::Outcome {
     }
     // host-0 is full now: one more NPU there does not fit, but it does on host-1.
     c.create("npu-one-more", 1, Some("host-0")).await?;
-    c.wait_pod("npu-one-more", "Unschedulable", unschedulable)
+    c.wait_pod("npu-one-more", "unschedulable", unschedulable)
         .await?;
     c.create("npu-one-elsewhere", 1, Some("host-1")).await?;
     c.wait_pod("npu-one-elsewhere", "scheduled", |p| node_of(p).is_some())

@@ -159,10 +159,10 @@ pub fn observe(pod: &Pod, resource: &str) -> Option<ObservedMember> {
 }
 
 /// The Pod condition the scheduler writes.
-const POD_SCHEDULED: &str = "PodScheduled";
+const POD_SCHEDULED: &str = hcomm_crds::contract::POD_SCHEDULED;
 /// The kube-scheduler's reason on `PodScheduled=False` for a Pod no node can take (the
 /// group reason of the same name is spelled after it on purpose).
-const UNSCHEDULABLE: &str = GroupReason::Unschedulable.as_str();
+const UNSCHEDULABLE: &str = hcomm_crds::contract::SCHEDULER_UNSCHEDULABLE;
 
 /// The phase from the Pod conditions, whether the Pod runs, and whether a drain was
 /// requested. Returns (phase, failed, message).

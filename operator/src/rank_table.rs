@@ -20,6 +20,8 @@
 //! Two checks, both before anything is written ([`layout_checked`] before joiner Pods are
 //! created, [`checked`] before the ConfigMap is): an invalid table is never published and
 //! the group's conditions say why.
+//! Size: half of it is the tests (HCCL's rules swept over 1–64 members × 1–16 devices,
+//! one test per held-back case), kept beside the pure builder they pin down.
 
 use std::collections::BTreeMap;
 

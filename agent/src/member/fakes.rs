@@ -3,6 +3,7 @@
 //! test keeps one clone to script answers and read what the task did, the task owns the
 //! other. Time is tokio's (tests run with it paused); [`PausedClock`] derives the wall
 //! clock from it so drain deadlines move with the paused clock.
+//! Size: one fake per port, side by side so a test's whole world reads in one place.
 
 use std::collections::VecDeque;
 use std::net::IpAddr;

@@ -61,6 +61,13 @@ pub const ANNOTATION_WORKER_READINESS: &str = "hcomm.io/worker-readiness";
 /// The value of [`ANNOTATION_WORKER_READINESS`] that makes the agent wait.
 pub const WORKER_READINESS_LOCAL_API: &str = "local-api";
 
+/// The kube-scheduler's Pod condition type (Kubernetes' own `v1.PodScheduled`).
+pub const POD_SCHEDULED: &str = "PodScheduled";
+/// The kube-scheduler's reason on [`POD_SCHEDULED`]`=False` for a Pod no node can take
+/// (Kubernetes' `v1.PodReasonUnschedulable`); the group reports it under the same word,
+/// [`GroupReason::Unschedulable`].
+pub const SCHEDULER_UNSCHEDULABLE: &str = GroupReason::Unschedulable.as_str();
+
 /// Pod condition (agent): [`PodConditionType::Verified`].
 pub const POD_VERIFIED: &str = PodConditionType::Verified.as_str();
 /// Pod condition (agent): [`PodConditionType::WeightsSynced`].
