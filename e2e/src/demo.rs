@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::testbed::ranktables::RankTableRecorder;
 use crate::testbed::{self, HostsMode, LoadOptions, LoadStats, Result, Testbed, TestbedOptions};
 
 const NAMESPACE: &str = "default";
@@ -111,7 +112,26 @@ pub async fn run(options: &DemoOptions, clock: &Clock) -> Result<Summary> {
         bed.control_plane().server_url(),
         bed.dir().join("logs").display()
     ));
+    // With HCOMM_E2E_KEEP_STATE, every published rank table is kept for inspection.
+    let recorder = if bed.keeps_state() {
+        println!("state_dir={}", bed.dir().display());
+        Some(RankTableRecorder::start(
+            bed.client().await?,
+            NAMESPACE,
+            bed.dir().join("ranktables"),
+        )?)
+    } else {
+        None
+    };
     let result = pools(&bed, options, clock).await;
+    if let Some(r) = &recorder {
+        clock.say(format!(
+            "kept {} rank-table version(s) in {}",
+            r.written(),
+            r.dir().display()
+        ));
+    }
+    drop(recorder);
     clock.say("cleaning up");
     bed.stop().await;
     result

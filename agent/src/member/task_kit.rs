@@ -76,7 +76,12 @@ pub struct Kit {
 impl Kit {
     pub fn new() -> Kit {
         let cluster = FakeCluster::default();
-        cluster.with(|s| s.table = Some((table(), 1)));
+        cluster.with(|s| {
+            s.table = Some((table(), 1));
+            // The tests' deadlines are written for a 30 s connect timeout (a tcp group's
+            // usual setting), whatever the API's default is.
+            s.group.comm.connect_timeout_seconds = 30;
+        });
         Kit {
             cluster,
             verifier: FakeVerifier {

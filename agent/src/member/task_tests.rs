@@ -153,7 +153,7 @@ async fn a_verification_that_never_answers_times_out_as_verified_false() {
         k.cluster.condition(POD_VERIFIED) == Some((false, PodReason::VerificationTimedOut))
     })
     .await;
-    // The group's default connect timeout is 30 s: the backstop is 2 × 30 s + 5 s.
+    // The kit's group connects within 30 s: the backstop is 2 × 30 s + 5 s.
     assert!(started.elapsed() >= Duration::from_secs(65));
     assert!(started.elapsed() < Duration::from_secs(70));
     kit.until_ready().await;

@@ -23,6 +23,7 @@ pub mod launch;
 pub mod load;
 pub mod npus;
 pub mod pools;
+pub mod ranktables;
 pub mod timeline;
 pub mod weights;
 
@@ -272,6 +273,11 @@ impl Testbed {
     /// An admin client.
     pub async fn client(&self) -> Result<kube::Client> {
         Ok(self.cp.client().await?)
+    }
+
+    /// Whether the state directory outlives the testbed (`HCOMM_E2E_KEEP_STATE` is set).
+    pub fn keeps_state(&self) -> bool {
+        self.keep_dir
     }
 
     /// The testbed's folder (logs, host roots, secrets).
