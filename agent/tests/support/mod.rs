@@ -32,12 +32,14 @@ pub fn write_secret(path: &Path) -> Result<()> {
     Ok(hcomm_e2e::testbed::write_secret(path)?)
 }
 
-/// The HCCL rank-table JSON for `(server id, host ip, device id)` in rank order.
+/// The HCCL rank-table JSON for `(server id, host ip, device id)` in rank order, as the
+/// operator publishes it for a CPU (tcp) group: no `device_ip` (these hosts have no NPU
+/// addresses; a `device_ip` would ask the agent to check the NPU network).
 pub fn rank_table(entries: &[(String, String, i32)]) -> String {
     let mut servers: Vec<serde_json::Value> = Vec::new();
     for (rank, (server, ip, dev)) in entries.iter().enumerate() {
         servers.push(json!({"server_id": server, "host_ip": ip, "device": [
-            {"device_id": dev.to_string(), "device_ip": ip, "rank_id": rank.to_string()}]}));
+            {"device_id": dev.to_string(), "rank_id": rank.to_string()}]}));
     }
     json!({"version": "1.0", "server_count": servers.len().to_string(), "status": "completed",
            "server_list": servers})

@@ -139,6 +139,8 @@ fn hccl_group(pools: &ExamplePools) -> Result<String> {
     let spec = &mut group["spec"];
     spec["replicas"] = 1.into();
     spec["comm"]["backend"] = "hccl".into();
+    // HCCL's own floor (HCCL_CONNECT_TIMEOUT ≥ 120 s); the API refuses less for hccl.
+    spec["comm"]["connectTimeoutSeconds"] = 120.into();
     spec["weights"]["source"] = pools.models.display().to_string().into();
     spec["weights"]["digest"] = pools.digest.clone().into();
     if !pools.bed.hosts().is_isolated() {
