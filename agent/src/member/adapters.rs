@@ -20,9 +20,7 @@ use tokio::sync::watch;
 
 use super::conditions;
 use super::domain::Domain;
-use super::group::{
-    GroupView, fetch_group, fetch_member_pods, fetch_rank_table, rank_table_name, still_arriving,
-};
+use super::group::{GroupView, fetch_group, fetch_member_pods, fetch_rank_table, still_arriving};
 use super::ports::{
     Allocations, Clock, Cluster, CommDomain, JoinError, JoinSpec, Verifier, Worker,
 };
@@ -133,7 +131,7 @@ impl Cluster for KubeCluster {
 
     fn rank_table(&self) -> BoxFuture<'_, Result<(RankTable, u64)>> {
         async move {
-            let name = rank_table_name(&self.group);
+            let name = hcomm_crds::rank_table::config_map_name(&self.group);
             fetch_rank_table(&self.ctx.client, &self.namespace, &name).await
         }
         .boxed()

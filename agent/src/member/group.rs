@@ -6,7 +6,7 @@
 //! one reconcile later: deciding from them would be a loop through status — a stale view
 //! of facts the agent can read first-hand, and a coupling that makes the operator's
 //! status format part of the agent's behaviour. So the epoch comes from the rank-table
-//! ConfigMap (named by convention, [`rank_table_name`]), this member's membership from the
+//! ConfigMap (named by the contract, `hcomm_crds::rank_table::config_map_name`), this member's membership from the
 //! table itself, drain from its own Pod's annotation, and which peers are still on their
 //! way from those peers' own Pod conditions ([`still_arriving`]).
 
@@ -29,12 +29,6 @@ pub struct GroupView {
     pub weights: Option<WeightsSpec>,
     pub scaling: ScalingSpec,
     pub devices_per_member: u32,
-}
-
-/// The ConfigMap holding group `group`'s rank table (the operator's naming convention,
-/// `operator::rank_table::config_map_name`; the member Pods mount it).
-pub fn rank_table_name(group: &str) -> String {
-    format!("{group}-rank-table")
 }
 
 /// The other members still on their way to the domain, from their own Pod conditions
@@ -167,11 +161,6 @@ mod tests {
         ];
         assert_eq!(still_arriving(&peers, "me"), ["a", "b", "c"]);
         assert!(still_arriving(&[], "me").is_empty());
-    }
-
-    #[test]
-    fn the_rank_table_config_map_is_named_after_the_group() {
-        assert_eq!(rank_table_name("llama"), "llama-rank-table");
     }
 
     #[test]
