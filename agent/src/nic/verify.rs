@@ -45,6 +45,40 @@ pub struct Verdict {
     pub message: String,
 }
 
+impl Verdict {
+    /// Every check passed.
+    pub fn verified(message: String) -> Verdict {
+        Verdict {
+            ok: true,
+            reason: PodReason::Verified,
+            message,
+        }
+    }
+
+    /// The refusal from `checks` (each check's reason and, when it failed, what to fix),
+    /// or None when none failed. The reason is the first failing check's, in the order
+    /// given; the message holds every failing check's, joined by ` | `, so one pass names
+    /// everything to fix. Shared by the NIC and the NPU network verdicts.
+    pub fn refused(
+        checks: impl IntoIterator<Item = (PodReason, Option<String>)>,
+    ) -> Option<Verdict> {
+        let failures: Vec<(PodReason, String)> = checks
+            .into_iter()
+            .filter_map(|(r, m)| Some((r, m?)))
+            .collect();
+        let &(reason, _) = failures.first()?;
+        Some(Verdict {
+            ok: false,
+            reason,
+            message: failures
+                .iter()
+                .map(|(_, m)| m.as_str())
+                .collect::<Vec<_>>()
+                .join(" | "),
+        })
+    }
+}
+
 /// Parses a comma-separated device list (`hcomm.io/devices`, `ASCEND_VISIBLE_DEVICES`).
 pub fn parse_device_list(s: &str) -> Option<Vec<i32>> {
     s.split(',')
@@ -194,36 +228,20 @@ fn shm_failure(f: &VerifyFacts) -> Option<String> {
 /// Decides. Every failing check is in the message; the reason is the first of
 /// NicUnreachable, DeviceMismatch, VersionMismatch, ShmTooSmall.
 pub fn decide(f: &VerifyFacts) -> Verdict {
-    let failures: Vec<(PodReason, String)> = [
+    Verdict::refused([
         (PodReason::NicUnreachable, nic_failure(f)),
         (PodReason::DeviceMismatch, device_failure(&f.devices)),
         (PodReason::VersionMismatch, version_failure(f)),
         (PodReason::ShmTooSmall, shm_failure(f)),
-    ]
-    .into_iter()
-    .filter_map(|(r, m)| m.map(|m| (r, m)))
-    .collect();
-    match failures.first() {
-        None => Verdict {
-            ok: true,
-            reason: PodReason::Verified,
-            message: format!(
-                "data interface {} reaches all {} peers; devices {} match; versions and /dev/shm ok",
-                f.interface,
-                f.probes.len(),
-                join(&f.devices.assigned)
-            ),
-        },
-        Some(&(reason, _)) => Verdict {
-            ok: false,
-            reason,
-            message: failures
-                .iter()
-                .map(|(_, m)| m.as_str())
-                .collect::<Vec<_>>()
-                .join(" | "),
-        },
-    }
+    ])
+    .unwrap_or_else(|| {
+        Verdict::verified(format!(
+            "data interface {} reaches all {} peers; devices {} match; versions and /dev/shm ok",
+            f.interface,
+            f.probes.len(),
+            join(&f.devices.assigned)
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -377,6 +395,27 @@ mod tests {
         let v = decide(&f);
         assert_eq!(v.reason, PodReason::NicUnreachable);
         assert!(v.message.contains("/dev/shm"));
+    }
+
+    #[test]
+    fn a_refusal_takes_the_first_failing_reason_and_every_message_in_order() {
+        assert_eq!(
+            Verdict::refused([
+                (PodReason::NicUnreachable, None),
+                (PodReason::ShmTooSmall, None)
+            ]),
+            None
+        );
+        let v = Verdict::refused([
+            (PodReason::NicUnreachable, None),
+            (PodReason::DeviceMismatch, Some("a".to_owned())),
+            (PodReason::ShmTooSmall, Some("b".to_owned())),
+        ])
+        .unwrap();
+        assert_eq!(
+            (v.ok, v.reason, v.message.as_str()),
+            (false, PodReason::DeviceMismatch, "a | b")
+        );
     }
 
     #[test]

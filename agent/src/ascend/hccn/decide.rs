@@ -216,79 +216,47 @@ fn ping_failed(f: &NpuFacts) -> Option<String> {
     })
 }
 
+/// The local checks in [`decide`]'s order (the pings' check comes after them).
+fn local_checks(f: &NpuFacts) -> [(PodReason, Option<String>); 7] {
+    [
+        (PodReason::NpuIpMissing, ip_missing(f)),
+        (PodReason::NpuIpMismatch, ip_mismatch(f)),
+        (PodReason::NpuIpDuplicate, ip_duplicate(f)),
+        (PodReason::NpuToolFailed, tool_failed(f)),
+        (PodReason::NpuLinkDown, link_down(f)),
+        (PodReason::NpuUnhealthy, unhealthy(f)),
+        (PodReason::NpuTlsMismatch, tls_mismatch(f)),
+    ]
+}
+
 /// The local checks only (addresses, tool answers, link, health, TLS), so the check can
 /// skip the pings when these already fail.
 pub fn decide_local(f: &NpuFacts) -> Verdict {
-    verdict(
-        f,
-        [
-            (PodReason::NpuIpMissing, ip_missing(f)),
-            (PodReason::NpuIpMismatch, ip_mismatch(f)),
-            (PodReason::NpuIpDuplicate, ip_duplicate(f)),
-            (PodReason::NpuToolFailed, tool_failed(f)),
-            (PodReason::NpuLinkDown, link_down(f)),
-            (PodReason::NpuUnhealthy, unhealthy(f)),
-            (PodReason::NpuTlsMismatch, tls_mismatch(f)),
-        ]
-        .into_iter()
-        .collect(),
-    )
+    Verdict::refused(local_checks(f)).unwrap_or_else(|| passed(f))
 }
 
 /// Decides. The reason is the first failing of NpuIpMissing, NpuIpMismatch,
 /// NpuIpDuplicate, NpuToolFailed, NpuLinkDown, NpuUnhealthy, NpuTlsMismatch,
 /// NpuPingFailed.
 pub fn decide(f: &NpuFacts) -> Verdict {
-    let local = decide_local(f);
-    let ping = ping_failed(f);
-    match (local.ok, ping) {
-        (true, None) => local,
-        (true, Some(m)) => Verdict {
-            ok: false,
-            reason: PodReason::NpuPingFailed,
-            message: m,
-        },
-        (false, Some(m)) => Verdict {
-            message: format!("{} | {m}", local.message),
-            ..local
-        },
-        (false, None) => local,
-    }
+    let checks = local_checks(f)
+        .into_iter()
+        .chain([(PodReason::NpuPingFailed, ping_failed(f))]);
+    Verdict::refused(checks).unwrap_or_else(|| passed(f))
 }
 
-fn verdict(f: &NpuFacts, checks: Vec<(PodReason, Option<String>)>) -> Verdict {
-    let failures: Vec<(PodReason, String)> = checks
-        .into_iter()
-        .filter_map(|(r, m)| Some((r, m?)))
-        .collect();
-    match failures.first() {
-        None => {
-            let ids: Vec<String> = f.local.iter().map(|d| d.id.to_string()).collect();
-            let tls = f
-                .local
-                .first()
-                .and_then(|d| d.observed.tls.as_ref().ok())
-                .map_or("unknown", |t| if t.enabled { "on" } else { "off" });
-            Verdict {
-                ok: true,
-                reason: PodReason::Verified,
-                message: format!(
-                    "NPU devices {} have their addresses, links up, healthy, TLS {tls} like the group; {} NPU pings answered",
-                    ids.join(","),
-                    f.pings.len()
-                ),
-            }
-        }
-        Some((reason, _)) => Verdict {
-            ok: false,
-            reason: *reason,
-            message: failures
-                .iter()
-                .map(|(_, m)| m.as_str())
-                .collect::<Vec<_>>()
-                .join(" | "),
-        },
-    }
+fn passed(f: &NpuFacts) -> Verdict {
+    let ids: Vec<String> = f.local.iter().map(|d| d.id.to_string()).collect();
+    let tls = f
+        .local
+        .first()
+        .and_then(|d| d.observed.tls.as_ref().ok())
+        .map_or("unknown", |t| if t.enabled { "on" } else { "off" });
+    Verdict::verified(format!(
+        "NPU devices {} have their addresses, links up, healthy, TLS {tls} like the group; {} NPU pings answered",
+        ids.join(","),
+        f.pings.len()
+    ))
 }
 
 #[cfg(test)]
