@@ -1,9 +1,21 @@
 //! The NPU network check before a member joins: which devices and peers the rank table
 //! names ([`MemberNpus::from_table`], pure), then the facts through the
-//! [`NpuNetwork`] port — the local devices and the peers' TLS switches together, then a
-//! ping from each local NPU to every peer NPU — all within one budget (the group's connect
-//! timeout), judged by [`super::decide`]. Pings are skipped when a local check already
-//! failed. A group whose table has no `device_ip` for this member (CPU/TCP) is not checked.
+//! [`NpuNetwork`] port — the local devices and the peers' TLS switches together, then the
+//! pings [`ping_targets`] chooses — all within one budget (the group's connect timeout),
+//! judged by [`super::decide`]. Pings are skipped when a local check already failed. A
+//! group whose table has no `device_ip` for this member (CPU/TCP) is not checked.
+//!
+//! Which pings: not every local NPU to every peer NPU (that is members × devices² per
+//! verification, and each unanswered ping costs seconds), but each local NPU to the NPU
+//! at the same position on the two ring-neighbour servers (the previous and the next
+//! server in table order). On Atlas A2/A3, HCCL keeps a collective's traffic inside a
+//! server on HCCS and sends it between servers plane by plane: the device at local
+//! position p exchanges with the devices at position p of the other servers (the ring
+//! and halving-doubling schedules both start with the neighbours). So these pings use
+//! exactly the RoCE paths the member's first collective steps take, prove every local
+//! NPU port sends and is answered, and stay at most two per local NPU whatever the
+//! group's size. A broken far peer is that peer's own check's to find (its neighbours
+//! ping it when they join).
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -23,6 +35,56 @@ pub struct MemberNpus {
     pub own: Vec<(u32, String)>,
     /// (peer server id, its devices (id, device_ip)), other servers only.
     pub peers: Vec<(String, Vec<(u32, String)>)>,
+    /// The pings to run ([`ping_targets`]).
+    pub pings: Vec<PingTarget>,
+}
+
+/// One ping the check runs: from local NPU `from` to `peer`'s NPU `peer_device`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PingTarget {
+    pub from: u32,
+    pub peer: String,
+    pub peer_device: u32,
+    pub address: String,
+}
+
+/// A server of the table as the pair selection sees it: its id and its devices (id,
+/// device_ip) in table (local rank) order.
+pub type ServerNpus = (String, Vec<(u32, String)>);
+
+/// The pings of the member whose server is `servers[own]` and whose devices are
+/// `devices` (ids on that server): each of its devices, at local position p on its
+/// server, to the device at position p (modulo the peer's device count) of the previous
+/// and the next server in table order (one when there are two servers, none alone). See
+/// the module header for why. At most 2 × `devices.len()` pings.
+pub fn ping_targets(servers: &[ServerNpus], own: usize, devices: &[u32]) -> Vec<PingTarget> {
+    let n = servers.len();
+    let Some((_, own_devices)) = servers.get(own) else {
+        return Vec::new();
+    };
+    let mut neighbours = vec![(own + n - 1) % n, (own + 1) % n];
+    neighbours.retain(|&i| i != own);
+    neighbours.dedup();
+    let mut pings = Vec::new();
+    for (position, (from, _)) in own_devices.iter().enumerate() {
+        if !devices.contains(from) {
+            continue;
+        }
+        for &i in &neighbours {
+            let (peer, peer_devices) = &servers[i];
+            if peer_devices.is_empty() {
+                continue;
+            }
+            let (peer_device, address) = &peer_devices[position % peer_devices.len()];
+            pings.push(PingTarget {
+                from: *from,
+                peer: peer.clone(),
+                peer_device: *peer_device,
+                address: address.clone(),
+            });
+        }
+    }
+    pings
 }
 
 impl MemberNpus {
@@ -46,10 +108,9 @@ impl MemberNpus {
         if own.is_empty() {
             return None;
         }
-        let peers = table
+        let servers: Vec<ServerNpus> = table
             .servers()
             .iter()
-            .filter(|s| s.server_id != server.server_id)
             .map(|s| {
                 let devs = s
                     .devices
@@ -59,10 +120,20 @@ impl MemberNpus {
                 (s.server_id.to_owned(), devs)
             })
             .collect();
+        let index = servers.iter().position(|(id, _)| id == server.server_id)?;
+        let ids: Vec<u32> = own.iter().map(|(id, _)| *id).collect();
+        let pings = ping_targets(&servers, index, &ids);
+        let peers = servers
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| *i != index)
+            .map(|(_, s)| s)
+            .collect();
         Some(MemberNpus {
             node: node.to_owned(),
             own,
             peers,
+            pings,
         })
     }
 }
@@ -120,26 +191,22 @@ pub async fn check(port: &dyn NpuNetwork, m: &MemberNpus, budget: Duration) -> V
     if !local_verdict.ok {
         return local_verdict;
     }
-    for (from, _) in &m.own {
-        for (peer, devs) in &m.peers {
-            for (peer_device, address) in devs {
-                let result = if Instant::now() >= deadline {
-                    Err(format!("not run: the connect deadline ({budget:?}) passed"))
-                } else {
-                    match address.parse::<IpAddr>() {
-                        Ok(ip) => port.ping(*from, ip, deadline).await,
-                        Err(_) => Err(format!("device_ip {address:?} is not an address")),
-                    }
-                };
-                facts.pings.push(Ping {
-                    from: *from,
-                    peer: peer.clone(),
-                    peer_device: *peer_device,
-                    address: address.clone(),
-                    result,
-                });
+    for t in &m.pings {
+        let result = if Instant::now() >= deadline {
+            Err(format!("not run: the connect deadline ({budget:?}) passed"))
+        } else {
+            match t.address.parse::<IpAddr>() {
+                Ok(ip) => port.ping(t.from, ip, deadline).await,
+                Err(_) => Err(format!("device_ip {:?} is not an address", t.address)),
             }
-        }
+        };
+        facts.pings.push(Ping {
+            from: t.from,
+            peer: t.peer.clone(),
+            peer_device: t.peer_device,
+            address: t.address.clone(),
+            result,
+        });
     }
     decide(&facts)
 }
@@ -190,6 +257,89 @@ mod tests {
                 vec![(0, "10.0.1.1".to_owned()), (1, "10.0.1.2".to_owned())]
             )]
         );
+    }
+
+    fn servers(n: usize, devices: u32) -> Vec<ServerNpus> {
+        (0..n)
+            .map(|s| {
+                let devs = (0..devices)
+                    .map(|d| (d, format!("192.168.{s}.{}", 10 + d)))
+                    .collect();
+                (format!("node-{s}"), devs)
+            })
+            .collect()
+    }
+
+    fn pairs(pings: &[PingTarget]) -> Vec<(u32, &str, u32)> {
+        pings
+            .iter()
+            .map(|p| (p.from, p.peer.as_str(), p.peer_device))
+            .collect()
+    }
+
+    #[test]
+    fn each_local_npu_pings_the_same_position_on_both_ring_neighbours_only() {
+        let s = servers(5, 2);
+        let pings = ping_targets(&s, 2, &[0, 1]);
+        assert_eq!(
+            pairs(&pings),
+            [
+                (0, "node-1", 0),
+                (0, "node-3", 0),
+                (1, "node-1", 1),
+                (1, "node-3", 1)
+            ]
+        );
+        assert_eq!(pings[0].address, "192.168.1.10");
+        // The ring wraps: the first server's previous is the last.
+        assert_eq!(
+            pairs(&ping_targets(&s, 0, &[1])),
+            [(1, "node-4", 1), (1, "node-1", 1)]
+        );
+    }
+
+    #[test]
+    fn two_servers_ping_once_per_npu_and_a_lone_server_not_at_all() {
+        assert_eq!(
+            pairs(&ping_targets(&servers(2, 2), 1, &[0, 1])),
+            [(0, "node-0", 0), (1, "node-0", 1)]
+        );
+        assert!(ping_targets(&servers(1, 8), 0, &[0, 1]).is_empty());
+    }
+
+    #[test]
+    fn only_the_members_own_npus_ping_and_positions_wrap_on_smaller_peers() {
+        let mut s = servers(3, 4);
+        s[0].1.truncate(1);
+        // Devices 2 and 3 of node-1 are this member's (0 and 1 are another member's).
+        assert_eq!(
+            pairs(&ping_targets(&s, 1, &[2, 3])),
+            [
+                (2, "node-0", 0),
+                (2, "node-2", 2),
+                (3, "node-0", 0),
+                (3, "node-2", 3)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_pings_stay_bounded_by_the_members_npus_at_any_group_size() {
+        for n in [2, 3, 16, 64, 512] {
+            let pings = ping_targets(&servers(n, 8), n / 2, &[0, 1, 2, 3, 4, 5, 6, 7]);
+            assert!(pings.len() <= 16, "{n} servers: {} pings", pings.len());
+        }
+    }
+
+    #[test]
+    fn the_table_gives_the_member_its_neighbours_pings() {
+        let m = MemberNpus::from_table(&table(true), "node-a", None, &[1]).unwrap();
+        assert_eq!(
+            pairs(&m.pings),
+            [(1, "node-b", 1)],
+            "device 1 is at position 1 on node-a; node-b's position 1 is its device 1"
+        );
+        assert_eq!(m.pings[0].address, "10.0.1.2");
     }
 
     #[test]
