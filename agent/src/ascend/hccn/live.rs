@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use hcomm_crds::HcommNode;
-use kube::Api;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
 use tokio::time::Instant;
 
 use super::observe::observe;
@@ -88,25 +89,69 @@ impl NpuNetwork for HccnNetwork {
                 return Vec::new();
             };
             let api: Api<HcommNode> = Api::all(client.clone());
+            let params = ListParams::default();
+            let listed = tokio::time::timeout_at(deadline, api.list(&params));
+            let Ok(Ok(nodes)) = listed.await else {
+                return Vec::new();
+            };
             let mut out = Vec::new();
             for peer in peers {
-                let Ok(Ok(Some(n))) = tokio::time::timeout_at(deadline, api.get_opt(peer)).await
-                else {
+                let Some(n) = node_of(&nodes.items, peer) else {
                     continue;
                 };
-                for d in n.status.map(|s| s.devices).unwrap_or_default() {
+                let devices = n.status.as_ref().map(|s| s.devices.as_slice());
+                for d in devices.unwrap_or_default() {
                     let Ok(device) = u32::try_from(d.id) else {
                         continue;
                     };
                     out.push(PeerTls {
                         node: peer.clone(),
                         device,
-                        enabled: d.network.and_then(|n| n.tls_enabled),
+                        enabled: d.network.as_ref().and_then(|n| n.tls_enabled),
                     });
                 }
             }
             out
         }
         .boxed()
+    }
+}
+
+/// The `HcommNode` a rank-table `server_id` names: the one of that name, else the one
+/// whose data address it is.
+pub fn node_of<'a>(nodes: &'a [HcommNode], server_id: &str) -> Option<&'a HcommNode> {
+    nodes
+        .iter()
+        .find(|n| n.name_any() == server_id)
+        .or_else(|| {
+            nodes.iter().find(|n| {
+                n.status
+                    .as_ref()
+                    .is_some_and(|s| s.data_address.as_deref() == Some(server_id))
+            })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, data_address: &str) -> HcommNode {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": hcomm_crds::API_GROUP_VERSION, "kind": "HcommNode",
+            "metadata": {"name": name},
+            "spec": {"nodeName": name},
+            "status": {"dataAddress": data_address}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_server_id_finds_its_node_by_name_or_by_data_address() {
+        let nodes = [node("host-1", "198.18.0.11"), node("host-2", "198.18.0.12")];
+        let name = |n: Option<&HcommNode>| n.map(|n| n.name_any());
+        assert_eq!(name(node_of(&nodes, "host-2")), Some("host-2".into()));
+        assert_eq!(name(node_of(&nodes, "198.18.0.11")), Some("host-1".into()));
+        assert_eq!(name(node_of(&nodes, "198.18.0.99")), None);
     }
 }

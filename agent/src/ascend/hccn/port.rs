@@ -41,7 +41,8 @@ pub trait NpuNetwork: Send + Sync {
         address: IpAddr,
         deadline: Instant,
     ) -> BoxFuture<'_, Result<PingResult, String>>;
-    /// The TLS switch of every device the `peers` nodes published, by `deadline`.
+    /// The TLS switch of every device the `peers` published, by `deadline`; a peer is a
+    /// rank-table `server_id` (a node name or data address) and is returned as given.
     fn peer_tls<'a>(
         &'a self,
         peers: &'a [String],
