@@ -3,7 +3,8 @@
 //! free physical devices on that node (first fit, per container; freed when the Pod
 //! goes), and before any container starts write what the real plugin writes — the
 //! allocation annotation (`ascend.kubectl.kubernetes.io/ascend-910-configuration`: device
-//! ids, device IPs from the host's `/etc/hccn.conf`, `server_id` = the Pod's UID,
+//! ids, device IPs as the driver reports them — the NPU fabric's addressing, the
+//! unfaulted `/etc/hccn.conf` — `server_id` = the Pod's UID,
 //! `host_ip`) and `huawei.com/AscendReal` — and give each container
 //! `ASCEND_VISIBLE_DEVICES` as the plugin's Allocate does.
 //!

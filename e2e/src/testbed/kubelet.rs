@@ -30,7 +30,6 @@ use tokio::task::JoinHandle;
 use super::device_plugin::{self, Admitted, DevicePlugin, PodAllocation};
 use super::launch::{self, Launch};
 use crate::hosts::SimHosts;
-use crate::hosts::hccn_sim::root::AscendRoot;
 
 /// Longest grace a deleted Pod's processes get before SIGKILL.
 const MAX_GRACE: Duration = Duration::from_secs(10);
@@ -298,7 +297,10 @@ impl State {
             .host(node.host)
             .map(|h| h.data_ip().to_string())
             .unwrap_or_default();
-        let conf = AscendRoot::open(&node.root).read_conf().unwrap_or_default();
+        // The real plugin asks the driver (DCMI) for each device's address, not the
+        // host's /etc/hccn.conf: the addresses the fabric gave the devices, so a fault
+        // injected into hccn.conf is the agent's to find, as on a real node.
+        let conf = self.hosts.hccn_conf(node.host).unwrap_or_default();
         let annotations = device_plugin::annotations(
             dp.resource(),
             Admitted {
