@@ -18,6 +18,7 @@
 mod backend;
 mod check;
 mod faults;
+mod npu_faults;
 mod resources;
 mod rollout;
 mod scaling;
@@ -62,6 +63,11 @@ fn main() {
         resources::thirty_scale_cycles_leave_nothing_behind,
         rollout::a_new_weights_version_rolls_member_by_member_and_old_versions_go,
         faults::a_cut_off_host_is_replaced_and_used_again_once_restored,
+        npu_faults::a_joiner_whose_npu_has_no_address_in_hccn_conf_is_refused,
+        npu_faults::a_joiner_whose_node_has_two_npus_with_one_address_is_refused,
+        npu_faults::a_joiner_whose_npu_link_is_down_is_refused,
+        npu_faults::a_joiner_whose_npu_tls_differs_from_the_group_is_refused,
+        npu_faults::a_joiner_whose_npu_pings_fail_is_refused,
     ];
     let rt = Arc::new(
         tokio::runtime::Builder::new_multi_thread()
