@@ -58,7 +58,7 @@ pub async fn verify(
         .cfg
         .verify_timeout_cap
         .map_or(connect_timeout, |c| c.min(connect_timeout));
-    let npu = HccnNetwork::new(ctx);
+    let npu = HccnNetwork::new(ctx).with_group(&spec.namespace, &spec.group);
     let data_ip = ctx.cfg.data_address.map(|a| a.to_string());
     let nic = verify_nic(ctx, spec, socket_ifname, connect_timeout, table);
     let site = NpuSite {

@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use hcomm_crds::HcommNode;
+use hcomm_crds::contract::LABEL_GROUP;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use tokio::time::Instant;
@@ -23,6 +25,8 @@ pub struct HccnNetwork {
     tool: HccnTool,
     conf: PathBuf,
     client: Option<kube::Client>,
+    /// (namespace, group) whose member Pods' nodes are the peers' candidates.
+    group: Option<(String, String)>,
 }
 
 impl HccnNetwork {
@@ -31,7 +35,15 @@ impl HccnNetwork {
             tool: ctx.cfg.sources.hccn(),
             conf: ctx.cfg.sources.hccn_conf.clone(),
             client: Some(ctx.client.clone()),
+            group: None,
         }
+    }
+
+    /// Finds peers among the nodes of `group`'s member Pods in `namespace` (by name or
+    /// data address), so a table naming servers by data address is understood.
+    pub fn with_group(mut self, namespace: &str, group: &str) -> HccnNetwork {
+        self.group = Some((namespace.to_owned(), group.to_owned()));
+        self
     }
 
     /// This node's tool and conf only: peers' TLS switches are not read.
@@ -40,6 +52,7 @@ impl HccnNetwork {
             tool,
             conf,
             client: None,
+            group: None,
         }
     }
 }
@@ -88,15 +101,21 @@ impl NpuNetwork for HccnNetwork {
             let Some(client) = &self.client else {
                 return Vec::new();
             };
-            let api: Api<HcommNode> = Api::all(client.clone());
-            let params = ListParams::default();
-            let listed = tokio::time::timeout_at(deadline, api.list(&params));
-            let Ok(Ok(nodes)) = listed.await else {
-                return Vec::new();
+            let names = match &self.group {
+                Some((namespace, group)) => group_nodes(client, namespace, group, deadline).await,
+                None => peers.to_vec(),
             };
+            let api: Api<HcommNode> = Api::all(client.clone());
+            let mut nodes = Vec::new();
+            for name in &names {
+                if let Ok(Ok(Some(n))) = tokio::time::timeout_at(deadline, api.get_opt(name)).await
+                {
+                    nodes.push(n);
+                }
+            }
             let mut out = Vec::new();
             for peer in peers {
-                let Some(n) = node_of(&nodes.items, peer) else {
+                let Some(n) = node_of(&nodes, peer) else {
                     continue;
                 };
                 let devices = n.status.as_ref().map(|s| s.devices.as_slice());
@@ -115,6 +134,29 @@ impl NpuNetwork for HccnNetwork {
         }
         .boxed()
     }
+}
+
+/// The nodes `group`'s member Pods are bound to (none when the list fails or the
+/// deadline passes: the peers' switches are then unknown, which is not a mismatch).
+async fn group_nodes(
+    client: &kube::Client,
+    namespace: &str,
+    group: &str,
+    deadline: Instant,
+) -> Vec<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let params = ListParams::default().labels(&format!("{LABEL_GROUP}={group}"));
+    let Ok(Ok(list)) = tokio::time::timeout_at(deadline, pods.list(&params)).await else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = list
+        .items
+        .into_iter()
+        .filter_map(|p| p.spec?.node_name)
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
 }
 
 /// The `HcommNode` a rank-table `server_id` names: the one of that name, else the one
