@@ -7,6 +7,9 @@
 //! receives, so the mailbox caps the bytes it holds, the (peer, communicator, tag) queues
 //! and the communicators with abort notices ([`MailboxFull`]); a link whose data would pass
 //! a cap is closed instead of growing the agent's memory.
+//!
+//! Size: the unit tests of spinning, parking, deaths, aborts and the caps (half the file)
+//! share the private state they inspect.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
