@@ -1,7 +1,16 @@
 //! The agent's Prometheus metrics: one registry, prefix `hcomm_agent_`, served on
 //! `/metrics` (text format) beside `/healthz`.
+//!
+//! The metrics also hold the admission guards of the node's listeners ([`Listeners`]):
+//! their counters become `hcomm_agent_listener_refused_total{listener,reason}` and
+//! `hcomm_agent_listener_open{listener}` at every scrape, and the metrics listener itself
+//! is guarded (`crate::guarded`).
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hcomm_comm::listen::{Guard, Limits, Refusal};
 
 use prometheus::{
     Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -30,6 +39,53 @@ pub struct Metrics {
     pub drains: IntCounterVec,
     pub open_fds: IntGauge,
     pub max_fds: IntGauge,
+    pub listener_refused: IntCounterVec,
+    pub listener_open: IntGaugeVec,
+    /// The admission guards of the node's listeners.
+    pub listeners: Listeners,
+    /// Serialises folding the guards' counters into `listener_refused`.
+    fold: Arc<Mutex<()>>,
+}
+
+/// The admission guard of every listener of the agent, one per kind (each shared by all
+/// sockets of that kind on the node, so the per-address caps hold node-wide).
+#[derive(Clone, Debug)]
+pub struct Listeners {
+    /// The link probe (`crate::nic::probe`).
+    pub probe: Arc<Guard>,
+    /// The weights chunk server (`crate::weights::server`).
+    pub weights: Arc<Guard>,
+    /// The comm engine's acceptors, handshakes only (`hcomm_comm::tcp::COMM_LIMITS`).
+    pub comm: Arc<Guard>,
+    /// This metrics listener.
+    pub metrics: Arc<Guard>,
+}
+
+/// Admission of the metrics listener: a scraper keeps one connection; 8 per address and
+/// 64 in all are plenty. A connection idle for 10 s is closed, and none lives past
+/// [`METRICS_CONNECTION_LIFETIME`] (so one byte now and then cannot hold a slot).
+pub const METRICS_LIMITS: Limits = Limits {
+    per_peer: 8,
+    total: 64,
+    handshake: Duration::from_secs(10),
+    idle: Duration::from_secs(10),
+};
+/// The most a metrics connection lives.
+pub const METRICS_CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+
+impl Listeners {
+    fn new() -> Listeners {
+        Listeners {
+            probe: Guard::new("probe", crate::nic::probe::LIMITS),
+            weights: Guard::new("weights", crate::weights::server::LIMITS),
+            comm: Guard::new("comm", hcomm_comm::tcp::COMM_LIMITS),
+            metrics: Guard::new("metrics", METRICS_LIMITS),
+        }
+    }
+
+    fn all(&self) -> [&Arc<Guard>; 4] {
+        [&self.probe, &self.weights, &self.comm, &self.metrics]
+    }
 }
 
 fn opts(name: &str, help: &str) -> Opts {
@@ -132,6 +188,21 @@ impl Metrics {
                 .expect("metric"),
             max_fds: IntGauge::with_opts(opts("max_fds", "The agent's file descriptor limit"))
                 .expect("metric"),
+            listener_refused: IntCounterVec::new(
+                opts(
+                    "listener_refused_total",
+                    "Connections a listener closed unserved, by reason (per_peer_cap, total_cap, deadline, idle)",
+                ),
+                &["listener", "reason"],
+            )
+            .expect("metric"),
+            listener_open: IntGaugeVec::new(
+                opts("listener_open", "Connections holding a listener's slot"),
+                &["listener"],
+            )
+            .expect("metric"),
+            listeners: Listeners::new(),
+            fold: Arc::default(),
             registry,
         };
         let r = &m.registry;
@@ -160,6 +231,11 @@ impl Metrics {
         r.register(Box::new(m.drains.clone())).expect("register");
         r.register(Box::new(m.open_fds.clone())).expect("register");
         r.register(Box::new(m.max_fds.clone())).expect("register");
+        r.register(Box::new(m.listener_refused.clone()))
+            .expect("register");
+        r.register(Box::new(m.listener_open.clone()))
+            .expect("register");
+        m.fold_listeners();
         for p in Phase::NAMES {
             m.members.with_label_values(&[p]).set(0);
         }
@@ -187,9 +263,30 @@ impl Metrics {
         }
     }
 
+    /// Folds the listeners' admission counters into the exported metrics.
+    pub fn fold_listeners(&self) {
+        let _one_at_a_time = self.fold.lock().unwrap_or_else(|e| e.into_inner());
+        for guard in self.listeners.all() {
+            let c = guard.counts();
+            for reason in Refusal::ALL {
+                let counter = self
+                    .listener_refused
+                    .with_label_values(&[guard.name(), reason.label()]);
+                let seen = c.refused(reason);
+                if seen > counter.get() {
+                    counter.inc_by(seen - counter.get());
+                }
+            }
+            self.listener_open
+                .with_label_values(&[guard.name()])
+                .set(c.open as i64);
+        }
+    }
+
     /// The text exposition.
     pub fn render(&self) -> String {
         self.refresh_process();
+        self.fold_listeners();
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()
@@ -202,13 +299,19 @@ impl Default for Metrics {
     }
 }
 
-/// Serves `/metrics` and `/healthz` on `addr` until `shutdown` resolves.
+/// Serves `/metrics` and `/healthz` on `listener` until `shutdown` resolves, admitting
+/// connections through `metrics.listeners.metrics` with its deadlines.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Metrics,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use axum::routing::get;
+    let guarded = crate::guarded::GuardedListener::new(
+        listener,
+        metrics.listeners.metrics.clone(),
+        METRICS_CONNECTION_LIFETIME,
+    );
     let app = axum::Router::new()
         .route(
             "/metrics",
@@ -218,7 +321,7 @@ pub async fn serve(
             }),
         )
         .route("/healthz", get(|| async { "ok" }));
-    axum::serve(listener, app)
+    axum::serve(guarded, app)
         .with_graceful_shutdown(shutdown)
         .await
 }
@@ -261,5 +364,67 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(ok, "ok");
+    }
+
+    #[tokio::test]
+    async fn a_silent_client_is_closed_at_the_idle_deadline_and_counted() {
+        use tokio::io::AsyncReadExt;
+        let mut m = Metrics::new();
+        let idle = Duration::from_millis(300);
+        m.listeners.metrics = Guard::new(
+            "metrics",
+            Limits {
+                idle,
+                ..METRICS_LIMITS
+            },
+        );
+        let l = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(serve(l, m.clone(), std::future::pending()));
+        let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let start = std::time::Instant::now();
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(5), silent.read(&mut buf))
+            .await
+            .expect("closed by the idle deadline")
+            .unwrap_or(0);
+        assert_eq!(n, 0);
+        assert!(start.elapsed() >= idle - Duration::from_millis(50));
+        assert!(start.elapsed() < Duration::from_secs(3));
+        let text = m.render();
+        assert!(
+            text.contains(
+                r#"hcomm_agent_listener_refused_total{listener="metrics",reason="idle"} 1"#
+            ),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn connections_past_an_address_share_are_refused_and_others_still_served() {
+        let m = Metrics::new();
+        let l = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(serve(l, m.clone(), std::future::pending()));
+        let mut flood = Vec::new();
+        for _ in 0..100 {
+            let s = tokio::net::TcpSocket::new_v4().unwrap();
+            s.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+            flood.push(s.connect(addr).await.unwrap());
+        }
+        let body = crate::diagnose::collect::tests_support::get(&format!("http://{addr}/healthz"))
+            .await
+            .unwrap();
+        assert_eq!(body, "ok");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while m.listeners.metrics.counts().refused(Refusal::PerPeer) < 92 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{:?}",
+                m.listeners.metrics.counts()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        drop(flood);
     }
 }

@@ -118,6 +118,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         probe_l,
         ctx.cfg.probe_secret.clone(),
         ctx.cfg.node_name.clone(),
+        ctx.metrics.listeners.probe.clone(),
         stopped(),
     ));
     let weights_addr = SocketAddr::new(data_ip, ctx.cfg.weights_port);
@@ -136,6 +137,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         store,
         ServerConfig {
             verify_on_read: ctx.cfg.weights_verify_on_serve,
+            admission: Some(ctx.metrics.listeners.weights.clone()),
             ..ServerConfig::new(weights_secret)
         },
         stopped(),

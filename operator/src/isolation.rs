@@ -50,8 +50,9 @@ pub fn replacements(members: &[ObservedMember], report: &LinkReport) -> Vec<Repl
 }
 
 /// The members as the operator judges them: the observation, with each member to be
-/// replaced counted as failed and unreachable (so the planner replaces it and deletes it
-/// without waiting for a drain) and the reason as its message.
+/// replaced counted as failed and unreachable (so the planner replaces it at once and asks
+/// it to drain; it is deleted once drained or at the drain deadline, never before — see
+/// `planner::RemovalReason::Unreachable`) and the reason as its message.
 pub fn judged(members: &[ObservedMember], replacements: &[Replacement]) -> Vec<ObservedMember> {
     members
         .iter()

@@ -136,6 +136,7 @@ impl Domain {
         cfg.port = port;
         cfg.connect_timeout = self.config.timeouts.connect;
         cfg.socket_buffer = None;
+        cfg.admission = Some(self.metrics.listeners.comm.clone());
         let ep = Endpoint::bind(cfg).await?;
         self.ep = Some(ep.clone());
         Ok(ep)

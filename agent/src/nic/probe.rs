@@ -7,23 +7,34 @@
 //! - client → server: `HCPROBE1 <nonce: 32 hex>\n`
 //! - server → client: `<hex(sha256(secret ‖ nonce ‖ "hcomm-probe"))> <node name>\n`
 //!
-//! The secret is the cluster's probe secret (`--probe-secret-file`), never sent. A server
-//! answers at most [`MAX_CONCURRENT`] probes at once and drops a client after
-//! [`SERVER_IO_TIMEOUT`].
+//! The secret is the cluster's probe secret (`--probe-secret-file`), never sent.
+//!
+//! The server is what peers judge a node's health by, so a stranger must not be able to
+//! make it miss real probes: every connection is accepted at once and admitted under
+//! [`LIMITS`] (`hcomm_comm::listen`) — a few slots per peer address, so a flood from one
+//! address is refused on arrival and leaves the other peers' slots free — and an admitted
+//! client that has not sent its line within [`SERVER_IO_TIMEOUT`] is closed.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hcomm_comm::listen::{Guard, Limits};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::sync::Semaphore;
 
-/// Probes answered at once per server.
-pub const MAX_CONCURRENT: usize = 64;
-/// A server gives a client this long to send its line.
+/// A server gives a client this long to send its line and read the answer.
 pub const SERVER_IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Admission of probe connections: a node probes each peer once per health interval,
+/// plus verification and `diagnose` runs, so 16 at once per address is ample; 512 in all
+/// bounds the tasks a flood from many addresses can start.
+pub const LIMITS: Limits = Limits {
+    per_peer: 16,
+    total: 512,
+    handshake: SERVER_IO_TIMEOUT,
+    idle: SERVER_IO_TIMEOUT,
+};
 const MAGIC: &str = "HCPROBE1";
 
 /// A peer to probe.
@@ -59,17 +70,18 @@ fn answer(secret: &[u8], nonce: &str) -> String {
     hex::encode(h.finalize())
 }
 
-/// Serves probes on `listener` until `shutdown` resolves.
+/// Serves probes on `listener` until `shutdown` resolves, admitting connections through
+/// `admission` (made with [`LIMITS`]; the caller keeps it to read its counters).
 pub async fn serve(
     listener: TcpListener,
     secret: Arc<Vec<u8>>,
     node_name: String,
+    admission: Arc<Guard>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let permits = Arc::new(Semaphore::new(MAX_CONCURRENT));
     tokio::pin!(shutdown);
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = &mut shutdown => return,
             r = listener.accept() => match r {
                 Ok(x) => x,
@@ -80,15 +92,15 @@ pub async fn serve(
                 }
             },
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            continue; // overloaded: drop the connection, the client sees a close
+        let Ok(slot) = admission.admit(peer.ip()) else {
+            continue; // over its share: dropped at once, the client sees a close
         };
-        let secret = secret.clone();
-        let name = node_name.clone();
+        let (secret, name, admission) = (secret.clone(), node_name.clone(), admission.clone());
         tokio::spawn(async move {
-            let _ =
-                tokio::time::timeout(SERVER_IO_TIMEOUT, answer_one(stream, &secret, &name)).await;
-            drop(permit);
+            let _ = admission
+                .within_handshake(answer_one(stream, &secret, &name))
+                .await;
+            drop(slot);
         });
     }
 }
@@ -244,18 +256,83 @@ mod tests {
     use super::*;
 
     async fn server(secret: &[u8]) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+        let (addr, tx, _) = server_with(secret, LIMITS).await;
+        (addr, tx)
+    }
+
+    async fn server_with(
+        secret: &[u8],
+        limits: Limits,
+    ) -> (SocketAddr, tokio::sync::oneshot::Sender<()>, Arc<Guard>) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let guard = Guard::new("probe", limits);
         tokio::spawn(serve(
             l,
             Arc::new(secret.to_vec()),
             "peer-a".into(),
+            guard.clone(),
             async {
                 let _ = rx.await;
             },
         ));
-        (addr, tx)
+        (addr, tx, guard)
+    }
+
+    /// An idle connection from the loopback address `from` (another host stand-in).
+    async fn idle_from(from: [u8; 4], to: SocketAddr) -> TcpStream {
+        let s = TcpSocket::new_v4().unwrap();
+        s.bind(SocketAddr::from((from, 0))).unwrap();
+        s.connect(to).await.unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_thousand_idle_connections_from_one_address_leave_real_probes_answered() {
+        use hcomm_comm::listen::Refusal;
+        let (addr, _stop, guard) = server_with(b"k", LIMITS).await;
+        let mut flood = Vec::new();
+        for _ in 0..1000 {
+            flood.push(idle_from([127, 0, 0, 2], addr).await);
+        }
+        for _ in 0..5 {
+            let o = probe(
+                "lo",
+                "127.0.0.1".parse().unwrap(),
+                &target(addr),
+                b"k",
+                Duration::from_secs(1),
+            )
+            .await;
+            assert!(o.ok(), "{o:?}");
+        }
+        let c = guard.counts();
+        assert!(
+            c.refused(Refusal::PerPeer) >= (1000 - LIMITS.per_peer) as u64,
+            "{c:?}"
+        );
+        drop(flood);
+    }
+
+    #[tokio::test]
+    async fn a_silent_client_is_closed_within_the_deadline_and_its_slot_freed() {
+        use hcomm_comm::listen::Refusal;
+        let limits = Limits {
+            handshake: Duration::from_millis(200),
+            ..LIMITS
+        };
+        let (addr, _stop, guard) = server_with(b"k", limits).await;
+        let mut silent = idle_from([127, 0, 0, 3], addr).await;
+        let start = Instant::now();
+        let mut buf = [0u8; 8];
+        let n = tokio::time::timeout(Duration::from_secs(5), silent.read(&mut buf))
+            .await
+            .expect("closed within the deadline")
+            .unwrap_or(0);
+        assert_eq!(n, 0);
+        assert!(start.elapsed() < Duration::from_secs(2));
+        assert_eq!(guard.counts().refused(Refusal::Deadline), 1);
+        assert_eq!(guard.counts().open, 0);
     }
 
     fn target(addr: SocketAddr) -> ProbeTarget {

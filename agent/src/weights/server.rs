@@ -1,9 +1,10 @@
 //! The chunk server: a member holding verified chunks (a complete set, or a joiner part-way
 //! through its own fetch) serves them to joiners over TCP on its data address.
 //!
-//! Like mini-redis, it takes its listener and a shutdown future; at most
-//! `max_connections` connections are served at once (further ones wait in the listen
-//! backlog); every connection first passes the group-secret handshake (`auth`), then
+//! Like mini-redis, it takes its listener and a shutdown future. Every connection is
+//! accepted at once and admitted under per-address and total caps (`hcomm_comm::listen`,
+//! [`LIMITS`]) or closed, so a stranger's idle connections take only their address's
+//! slots and never leave real joiners waiting in the backlog; every connection first passes the group-secret handshake (`auth`), then
 //! answers pipelined requests in order (`protocol`), loading the next chunk while the
 //! current one is written. Each chunk is re-read from the store
 //! on disk and, unless disabled, re-hashed before it is sent: a chunk that no longer
@@ -16,10 +17,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use hcomm_comm::listen::{Guard, Limits, Refusal};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::timeout;
 
@@ -36,6 +38,11 @@ pub struct ServerConfig {
     pub secret: GroupSecret,
     /// Connections served at once.
     pub max_connections: usize,
+    /// Connections one peer address may hold at once.
+    pub max_per_peer: usize,
+    /// The admission guard to use (the agent passes one shared with its metrics); `None`:
+    /// one made from the fields above.
+    pub admission: Option<Arc<Guard>>,
     /// Deadline for a client to complete the handshake.
     pub handshake_timeout: Duration,
     /// A connection with no request for this long is closed.
@@ -46,14 +53,25 @@ pub struct ServerConfig {
     pub verify_on_read: bool,
 }
 
+/// Default admission of the chunk server: 64 connections, 16 per peer address (a joiner
+/// stripes over few connections per source), 5 s to complete the handshake, 120 s idle.
+pub const LIMITS: Limits = Limits {
+    per_peer: 16,
+    total: 64,
+    handshake: Duration::from_secs(5),
+    idle: Duration::from_secs(120),
+};
+
 impl ServerConfig {
-    /// Defaults: 64 connections, 5 s handshake, 120 s idle, 60 s per response, verify.
+    /// Defaults: [`LIMITS`], 60 s per response, verify.
     pub fn new(secret: GroupSecret) -> ServerConfig {
         ServerConfig {
             secret,
-            max_connections: 64,
-            handshake_timeout: Duration::from_secs(5),
-            idle_timeout: Duration::from_secs(120),
+            max_connections: LIMITS.total,
+            max_per_peer: LIMITS.per_peer,
+            admission: None,
+            handshake_timeout: LIMITS.handshake,
+            idle_timeout: LIMITS.idle,
             write_timeout: Duration::from_secs(60),
             verify_on_read: true,
         }
@@ -94,15 +112,21 @@ impl ChunkServer {
         shutdown: impl Future<Output = ()>,
     ) -> Result<Arc<ServerStats>> {
         let local = listener.local_addr().ok();
-        let limit = Arc::new(Semaphore::new(config.max_connections.max(1)));
+        let admission = config.admission.clone().unwrap_or_else(|| {
+            Guard::new(
+                "weights",
+                Limits {
+                    per_peer: config.max_per_peer,
+                    total: config.max_connections,
+                    handshake: config.handshake_timeout,
+                    idle: config.idle_timeout,
+                },
+            )
+        });
         let config = Arc::new(config);
         let mut conns = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
-            let permit = tokio::select! {
-                _ = &mut shutdown => break,
-                p = limit.clone().acquire_owned() => p.expect("semaphore never closed"),
-            };
             let (stream, peer) = tokio::select! {
                 _ = &mut shutdown => break,
                 Some(_) = conns.join_next(), if !conns.is_empty() => continue,
@@ -116,13 +140,20 @@ impl ChunkServer {
                     }
                 },
             };
+            let Ok(slot) = admission.admit(peer.ip()) else {
+                continue; // over its share: closed at once
+            };
             stats.connections.fetch_add(1, Ordering::Relaxed);
             let (store, config, stats) = (store.clone(), config.clone(), stats.clone());
+            let admission = admission.clone();
             conns.spawn(async move {
-                let _permit = permit;
+                let _slot = slot;
                 if let Err(e) = connection(stream, peer, &store, &config, &stats).await {
                     if e.category() == "auth" {
                         stats.auth_failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if matches!(&e, WeightsError::Timeout { what, .. } if what == "handshake") {
+                        admission.count(Refusal::Deadline);
                     }
                     tracing::debug!(%peer, error = %e, category = e.category(), "weights connection ended");
                 }

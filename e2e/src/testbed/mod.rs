@@ -111,10 +111,10 @@ pub struct Testbed {
 }
 
 /// Ports every agent uses on its host (the chart's defaults).
-const PROBE_PORT: u16 = 7510;
-const WEIGHTS_PORT: u16 = 7512;
-const COMM_PORT_BASE: u16 = 7600;
-const METRICS_PORT: u16 = 7511;
+pub const PROBE_PORT: u16 = 7510;
+pub const WEIGHTS_PORT: u16 = 7512;
+pub const COMM_PORT_BASE: u16 = 7600;
+pub const METRICS_PORT: u16 = 7511;
 
 impl Testbed {
     /// Builds hosts, control plane, chart, agents, operator and kubelet, and waits until

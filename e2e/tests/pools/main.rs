@@ -21,6 +21,7 @@ mod faults;
 mod npu_faults;
 mod resources;
 mod rollout;
+mod saturation;
 mod scaling;
 
 use std::future::Future;
@@ -56,6 +57,7 @@ fn main() {
         scaling::both_example_pools_come_up_with_rank_tables_and_topology,
         scaling::scale_out_under_load_fails_no_request,
         scaling::drain_under_load,
+        saturation::a_stranger_saturating_a_nodes_ports_marks_nothing_down_and_evicts_nobody,
         faults::a_weight_source_killed_mid_sync_is_replaced_by_the_other,
         faults::a_blackholed_data_nic_is_refused_and_the_next_host_used,
         backend::an_hccl_group_without_the_hccl_runtime_is_refused_while_the_pools_serve,

@@ -8,10 +8,16 @@ use super::{Link, LinkReport, LinkState};
 impl LinkReport {
     /// Nodes the data network has lost, each with why: every other member node that
     /// probed it recently found it down and none reached it, and the fault is its own —
-    /// another node is still reached by a third node (evidence that does not come from the
-    /// suspect itself), or the node has gone silent: its own results, all taken before it
-    /// was found down, still call its links up. A node that never published proves
-    /// nothing. A one-way fault between two nodes (one finds the other down, the other,
+    /// either the node has gone silent (its own results, all taken before it was found
+    /// down, still call its links up: its agent cannot publish), or its own agent, still
+    /// publishing, finds every peer down too while another node is still reached by a third
+    /// node (evidence that does not come from the suspect itself). A node that never
+    /// published proves nothing.
+    ///
+    /// Why the suspect's own word is needed while it still publishes: peers finding a node
+    /// down is all a stranger can cause (saturate its probe port), so that alone must
+    /// never cost it its members; a node whose agent is alive, reaches its peers and says
+    /// so keeps them (issue 17: no eviction by a stranger). A one-way fault between two nodes (one finds the other down, the other,
     /// publishing fresh results, still reaches it) and a split with no side to blame (each
     /// reports the other down) name nobody: the condition shows them, but replacing members
     /// on a guess would move healthy ones.
@@ -57,9 +63,18 @@ impl LinkReport {
                         .any(|l| &l.to == n && l.from != node && answered(l))
             })
         };
+        // Its own fresh results find every peer down: the node agrees it is cut off.
+        let finds_all_down = |node: &str| {
+            let own: Vec<&Link> = self
+                .links
+                .iter()
+                .filter(|l| l.from == node && l.probed_at.is_some())
+                .collect();
+            !own.is_empty() && own.iter().all(|l| l.state == LinkState::Down)
+        };
         self.nodes
             .iter()
-            .filter(|n| suspect(n) && (some_node_fine(n) || silent(n)))
+            .filter(|n| suspect(n) && (silent(n) || (finds_all_down(n) && some_node_fine(n))))
             .map(|n| {
                 let seen_by: Vec<String> = inbound(n)
                     .into_iter()

@@ -98,3 +98,34 @@ fn a_split_with_no_side_to_blame_or_no_evidence_names_nobody() {
         "one peer still reaches n3"
     );
 }
+
+#[test]
+fn peers_finding_a_node_down_while_it_still_reaches_them_names_nobody() {
+    // A stranger saturates n3's probe port: n1 and n2 find it down, but n3's agent,
+    // publishing as fresh as they do, still reaches both. Its members stay.
+    let r = report(
+        &["n1", "n2", "n3"],
+        &[
+            ("n1", "n2", Up, 10),
+            ("n1", "n3", Down, 10),
+            ("n2", "n1", Up, 10),
+            ("n2", "n3", Down, 10),
+            ("n3", "n1", Up, 10),
+            ("n3", "n2", Up, 11),
+        ],
+    );
+    assert!(r.isolated_nodes().is_empty(), "{:?}", r.isolated_nodes());
+    // Its own agent finding only some peers down is no confession either.
+    let partly = report(
+        &["n1", "n2", "n3"],
+        &[
+            ("n1", "n2", Up, 10),
+            ("n1", "n3", Down, 10),
+            ("n2", "n1", Up, 10),
+            ("n2", "n3", Down, 10),
+            ("n3", "n1", Down, 10),
+            ("n3", "n2", Up, 11),
+        ],
+    );
+    assert!(partly.isolated_nodes().is_empty());
+}

@@ -95,8 +95,9 @@ pub enum RemovalReason {
     DrainTimedOut,
     /// The member never served (not running, or failed): nothing to drain.
     NotServing,
-    /// The member's node is lost to the data network: its agent cannot drain it and its
-    /// clients cannot reach it, so waiting for the drain would only delay the replacement.
+    /// The member's node is lost to the data network and its drain deadline passed
+    /// unanswered. Peers' evidence alone never deletes a member at once: it was asked to
+    /// drain first like any other, because that evidence is what a stranger can fake.
     Unreachable,
 }
 
@@ -371,16 +372,20 @@ fn removals(input: &PlanInput) -> (Vec<Removal>, Option<SignedDuration>) {
         if member.deleting {
             continue;
         }
+        // Only the member's own agent (drained, or failed and not serving) or the drain
+        // deadline ends a member. A member judged unreachable from its peers' probes
+        // (`isolation`) carries `failed` from that judgement, not from its agent, so it
+        // waits for its drain or the deadline like a healthy one.
         let reason = if member.drained {
             Some(RemovalReason::Drained)
-        } else if member.unreachable {
-            Some(RemovalReason::Unreachable)
-        } else if !member.serving && (member.failed || !member.running) {
+        } else if !member.unreachable && !member.serving && (member.failed || !member.running) {
             Some(RemovalReason::NotServing)
         } else {
             let waited = input.now.duration_since(requested);
             let left = input.desired.drain_timeout - waited;
-            if left <= SignedDuration::ZERO {
+            if left <= SignedDuration::ZERO && member.unreachable {
+                Some(RemovalReason::Unreachable)
+            } else if left <= SignedDuration::ZERO {
                 Some(RemovalReason::DrainTimedOut)
             } else {
                 recheck = Some(recheck.map_or(left, |r| r.min(left)));

@@ -422,7 +422,7 @@ fn random_scaling_keeps_every_invariant_and_converges() {
 }
 
 #[test]
-fn a_member_on_an_unreachable_node_is_deleted_without_waiting_for_its_drain() {
+fn a_member_on_an_unreachable_node_is_drained_first_and_deleted_only_at_the_drain_deadline() {
     let mut world = World::new(vec![node("a", "s0", 2), node("b", "s0", 2)]);
     world.apply(&plan(&world.input(&desired(1, 1))), 1);
     let m = &mut world.members[0];
@@ -430,9 +430,35 @@ fn a_member_on_an_unreachable_node_is_deleted_without_waiting_for_its_drain() {
     let replace = plan(&world.input(&desired(1, 1)));
     assert_eq!(replace.drain, vec!["g-0-e1".to_owned()]);
     world.apply(&replace, 1);
-    // Its agent cannot answer the drain; the deletion does not wait for the timeout.
+    // Peers' evidence is no reason to skip the drain: nothing is deleted before the
+    // deadline, and the plan looks again then.
     let next = plan(&world.input(&desired(1, 1)));
-    assert_eq!(next.delete[0].reason, RemovalReason::Unreachable);
+    assert!(next.delete.is_empty(), "{:?}", next.delete);
+    let wait = next
+        .recheck_after
+        .expect("a drain deadline to look again at");
+    assert!(wait > SignedDuration::ZERO && wait <= desired(1, 1).drain_timeout);
+    // Not serving any more (its phase says so, but the verdict is not its agent's) still
+    // waits for the deadline.
+    world.members[0].serving = false;
+    assert!(plan(&world.input(&desired(1, 1))).delete.is_empty());
+    // At the deadline it goes, named as unreachable.
+    world.now += desired(1, 1).drain_timeout;
+    let late = plan(&world.input(&desired(1, 1)));
+    assert_eq!(late.delete.len(), 1);
+    assert_eq!(late.delete[0].reason, RemovalReason::Unreachable);
+}
+
+#[test]
+fn a_member_that_drains_while_judged_unreachable_is_deleted_as_drained() {
+    let mut world = World::new(vec![node("a", "s0", 2), node("b", "s0", 2)]);
+    world.apply(&plan(&world.input(&desired(1, 1))), 1);
+    let m = &mut world.members[0];
+    (m.running, m.serving, m.failed, m.unreachable) = (true, true, true, true);
+    world.apply(&plan(&world.input(&desired(1, 1))), 1);
+    world.members[0].drained = true;
+    let next = plan(&world.input(&desired(1, 1)));
+    assert_eq!(next.delete[0].reason, RemovalReason::Drained);
 }
 
 #[test]

@@ -106,6 +106,13 @@ pub enum CommError {
     },
     #[error("{op} is not supported by the {backend} backend")]
     Unsupported { backend: &'static str, op: String },
+    /// A bound on the engine's state was reached (queued bytes, receive queues, links,
+    /// rendezvous sessions): refused rather than grown without bound.
+    #[error("limit reached {ctx}: {reason}")]
+    Limit {
+        ctx: Box<ErrorContext>,
+        reason: String,
+    },
 }
 
 impl CommError {
@@ -125,6 +132,7 @@ impl CommError {
             CommError::LibraryMissing { .. } => "library_missing",
             CommError::Backend { .. } => "backend",
             CommError::Unsupported { .. } => "unsupported",
+            CommError::Limit { .. } => "limit",
         }
     }
 

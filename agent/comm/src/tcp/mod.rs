@@ -20,6 +20,8 @@ mod op;
 mod ops;
 
 pub use crate::bootstrap::RootInfo;
-pub use crate::transport::{BindSpec, Endpoint, EndpointConfig, EndpointStats, Rejection};
+pub use crate::transport::{
+    BindSpec, COMM_LIMITS, Endpoint, EndpointConfig, EndpointStats, Rejection,
+};
 pub use comm::{LinkInfo, TcpComm};
 pub use config::CommConfig;

@@ -115,14 +115,19 @@ impl<'a> Op<'a> {
         let c = self.comm;
         let Some(conn) = c.peers.get(to).and_then(|p| p.conn.as_ref()) else {
             if to == c.rank {
-                c.ep.inner.mail.push(
-                    (c.ep.id(), c.ctx, self.tag),
-                    Msg {
-                        epoch: c.epoch,
-                        data: data.to_vec(),
-                    },
-                );
-                return Ok(());
+                let msg = Msg {
+                    epoch: c.epoch,
+                    data: data.to_vec(),
+                };
+                return c
+                    .ep
+                    .inner
+                    .mail
+                    .push((c.ep.id(), c.ctx, self.tag), msg)
+                    .map_err(|e| CommError::Limit {
+                        ctx: self.err_ctx(to),
+                        reason: e.to_string(),
+                    });
             }
             return Err(CommError::invalid(self.name, format!("no rank {to}")));
         };

@@ -1,10 +1,12 @@
 //! How an endpoint binds and authenticates ([`EndpointConfig`]), and what it reports
 //! ([`EndpointStats`], [`Rejection`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::iface::BindSpec;
 use crate::frame::DEFAULT_MAX_FRAME;
+use crate::listen::{Guard, Limits};
 
 /// How an endpoint binds and authenticates.
 #[derive(Clone)]
@@ -28,7 +30,28 @@ pub struct EndpointConfig {
     /// core at every turn and adapts: a receive polls only while recent receives waited
     /// no longer than this (`transport::spin`). Measured in docs/benchmarks.md.
     pub spin: Duration,
+    /// Admission of incoming connections (per-peer and total caps on handshakes in
+    /// progress, see [`crate::listen`]). `None`: the endpoint makes its own with
+    /// [`COMM_LIMITS`]; pass one shared guard to cap a node's endpoints together and read
+    /// its counters.
+    pub admission: Option<Arc<Guard>>,
+    /// Received data the endpoint holds for receives not yet posted, at most; a link that
+    /// would pass it is closed (`mailbox::MailboxFull`).
+    pub max_queued_bytes: usize,
 }
+
+/// Admission of an endpoint's incoming connections: a slot is held only until the
+/// handshake completes (authenticated links are bounded by the link table instead), so
+/// the caps bound strangers. 16 handshakes per peer address are far more than one node's
+/// members dial at once; 256 in total as before. A handshake gets at most 10 s after the
+/// TCP accept (or the connect timeout, if shorter): the dialler's longer connect timeout
+/// covers waiting for the listener to appear, not a slow handshake.
+pub const COMM_LIMITS: Limits = Limits {
+    per_peer: 16,
+    total: 256,
+    handshake: Duration::from_secs(10),
+    idle: Duration::from_secs(10),
+};
 
 /// The environment variable that sets [`EndpointConfig::spin`], in microseconds.
 pub const SPIN_ENV: &str = "HCOMM_SPIN_US";
@@ -48,6 +71,8 @@ impl std::fmt::Debug for EndpointConfig {
             .field("socket_buffer", &self.socket_buffer)
             .field("max_frame", &self.max_frame)
             .field("spin", &self.spin)
+            .field("max_queued_bytes", &self.max_queued_bytes)
+            .field("admission", &self.admission.as_ref().map(|g| g.name()))
             .finish()
     }
 }
@@ -65,6 +90,8 @@ impl EndpointConfig {
                 .ok()
                 .and_then(|v| v.trim().parse().ok())
                 .map_or(DEFAULT_SPIN, Duration::from_micros),
+            admission: None,
+            max_queued_bytes: super::mailbox::DEFAULT_MAX_QUEUED_BYTES,
         }
     }
 }

@@ -117,6 +117,8 @@ pub enum ReadEnd {
     Io(std::io::Error),
     Frame(FrameError),
     Unexpected(Kind),
+    /// The peer sent more than the mailbox holds (see `mailbox::MailboxFull`).
+    Full(super::mailbox::MailboxFull),
 }
 
 impl std::fmt::Display for ReadEnd {
@@ -126,6 +128,7 @@ impl std::fmt::Display for ReadEnd {
             ReadEnd::Io(e) => write!(f, "connection failed: {e}"),
             ReadEnd::Frame(e) => write!(f, "malformed frame: {e}"),
             ReadEnd::Unexpected(k) => write!(f, "unexpected {k} frame on an established link"),
+            ReadEnd::Full(e) => write!(f, "the receive mailbox is full: {e}"),
         }
     }
 }
@@ -168,13 +171,15 @@ pub async fn read_loop(
             }
         }
         match h.kind {
-            Kind::Data => mail.push(
-                (peer_endpoint, h.ctx, h.tag),
-                Msg {
+            Kind::Data => {
+                let msg = Msg {
                     epoch: h.epoch,
                     data,
-                },
-            ),
+                };
+                if let Err(e) = mail.push((peer_endpoint, h.ctx, h.tag), msg) {
+                    return ReadEnd::Full(e);
+                }
+            }
             Kind::Abort => {
                 // Payload: blamed endpoint id (0 = none), then the reason text.
                 let (blame, text) = match data.split_first_chunk::<8>() {
@@ -186,7 +191,9 @@ pub async fn read_loop(
                     blame: (blame != 0).then_some(blame),
                     reason: String::from_utf8_lossy(text).into_owned(),
                 };
-                mail.abort_ctx(h.ctx, notice);
+                if let Err(e) = mail.abort_ctx(h.ctx, notice) {
+                    return ReadEnd::Full(e);
+                }
             }
             Kind::Goodbye => return ReadEnd::Eof,
             k => return ReadEnd::Unexpected(k),

@@ -10,7 +10,7 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::config::{EndpointConfig, EndpointStats, Rejection};
+use super::config::{COMM_LIMITS, EndpointConfig, EndpointStats, Rejection};
 use super::connection::{effective_buffer, tune};
 use super::handshake;
 use super::iface::BindSpec;
@@ -21,6 +21,7 @@ use super::sessions::Sessions;
 use crate::api::CommError;
 use crate::auth::{self, Purpose};
 use crate::bootstrap::RootInfo;
+use crate::listen::{Guard, ListenerCounts, Refusal, Slot};
 
 /// One process's network identity in a group; shared (`Arc`) by all its communicators.
 /// Dropping the last reference closes the listener and every link.
@@ -76,6 +77,11 @@ impl Endpoint {
             BindSpec::Interface(_) => format!("{} port {}", desc, listen.port()),
         };
         let spin = cfg.spin;
+        let max_queued = cfg.max_queued_bytes;
+        let admission = cfg
+            .admission
+            .clone()
+            .unwrap_or_else(|| Guard::new("comm", COMM_LIMITS));
         let inner = Arc::new(Inner {
             id: auth::random_u64(),
             listen,
@@ -87,13 +93,14 @@ impl Endpoint {
             conns: Mutex::new(HashMap::new()),
             conns_changed: Notify::new(),
             next_conn: AtomicU64::new(1),
-            mail: Arc::new(Mailbox::with_spin(spin)),
+            mail: Arc::new(Mailbox::with_spin(spin).with_max_queued_bytes(max_queued)),
             tasks: Mutex::new(Vec::new()),
             sessions: Sessions::default(),
             rejections: Mutex::new(Vec::new()),
             dialed: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
+            admission,
         });
         let accept = tokio::spawn(accept_loop(Arc::downgrade(&inner), listener));
         inner.track(accept.abort_handle());
@@ -141,6 +148,12 @@ impl Endpoint {
         }
     }
 
+    /// The admission counters of the listener (connections refused by the caps or closed
+    /// by the handshake deadline).
+    pub fn admission(&self) -> ListenerCounts {
+        self.inner.admission.counts()
+    }
+
     /// Handshakes this endpoint refused, oldest first.
     pub fn rejections(&self) -> Vec<Rejection> {
         lock(&self.inner.rejections).clone()
@@ -155,37 +168,33 @@ impl Endpoint {
     }
 }
 
-/// Handshakes in progress at once; more connections wait in the listen backlog, so a flood
-/// of strangers cannot exhaust memory or tasks.
-const MAX_HANDSHAKES: usize = 256;
-
 async fn accept_loop(inner: std::sync::Weak<Inner>, listener: tokio::net::TcpListener) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
     loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return;
-        };
+        // Always accept, then admit or close: a full listener must not leave real peers
+        // waiting in the backlog behind a stranger's idle connections.
         let Ok((stream, addr)) = listener.accept().await else {
             // EMFILE and friends: back off instead of spinning.
             tokio::time::sleep(Duration::from_millis(20)).await;
             continue;
         };
         let Some(inner) = inner.upgrade() else { return };
-        let task = tokio::spawn(handle_incoming(inner.clone(), stream, addr, permit));
+        let Ok(slot) = inner.admission.admit(addr.ip()) else {
+            continue; // dropped: the stranger sees a close
+        };
+        let task = tokio::spawn(handle_incoming(inner.clone(), stream, addr, slot));
         inner.track(task.abort_handle());
     }
 }
 
-async fn handle_incoming(
-    inner: Arc<Inner>,
-    mut stream: TcpStream,
-    addr: SocketAddr,
-    permit: tokio::sync::OwnedSemaphorePermit,
-) {
+async fn handle_incoming(inner: Arc<Inner>, mut stream: TcpStream, addr: SocketAddr, slot: Slot) {
     tune(&stream, inner.buffer);
     let secret = inner.cfg.secret.clone();
     let hs = handshake::accept(&mut stream, &secret, inner.id, inner.epoch());
-    let connected = match tokio::time::timeout(inner.cfg.connect_timeout, hs).await {
+    let deadline = inner
+        .cfg
+        .connect_timeout
+        .min(inner.admission.limits().handshake);
+    let connected = match tokio::time::timeout(deadline, hs).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
             let err = hs_error(e, inner.ctx("accept", inner.epoch(), None, Some(addr)));
@@ -193,6 +202,7 @@ async fn handle_incoming(
             return;
         }
         Err(_) => {
+            inner.admission.count(Refusal::Deadline);
             inner.reject(
                 "timeout",
                 format!("handshake from {addr} did not complete in time"),
@@ -200,12 +210,14 @@ async fn handle_incoming(
             return;
         }
     };
-    drop(permit);
+    drop(slot);
     match connected.hello.purpose {
         Purpose::Peer => {
             inner.accepted.fetch_add(1, Ordering::Relaxed);
             let peer_addr = connected.hello.listen.parse().unwrap_or(addr);
-            inner.install(stream, connected.hello.endpoint, peer_addr);
+            if let Err(e) = inner.install(stream, connected.hello.endpoint, peer_addr) {
+                inner.reject(e.category(), e.to_string());
+            }
         }
         Purpose::Rendezvous => {
             rendezvous::serve(&inner, stream, addr, connected.epoch).await;

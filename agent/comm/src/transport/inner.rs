@@ -40,7 +40,13 @@ pub(crate) struct Inner {
     pub(super) dialed: AtomicU64,
     pub(super) accepted: AtomicU64,
     pub(super) rejected: AtomicU64,
+    /// Admission of incoming connections until their handshake completes.
+    pub(super) admission: Arc<crate::listen::Guard>,
 }
+
+/// Links one endpoint holds at most: one per peer endpoint, and a group has at most
+/// `bootstrap::MAX_WORLD` ranks.
+pub(crate) const MAX_LINKS: usize = crate::bootstrap::MAX_WORLD;
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every critical section is a single map operation: a poisoned lock is still consistent.
@@ -112,13 +118,15 @@ impl Inner {
         }
     }
 
-    /// Installs an authenticated stream as the link to `peer_endpoint` and starts its reader.
+    /// Installs an authenticated stream as the link to `peer_endpoint` and starts its reader,
+    /// unless the endpoint holds [`MAX_LINKS`] links already (an authenticated peer inventing
+    /// endpoint ids must not grow the table without bound).
     pub(super) fn install(
         self: &Arc<Self>,
         stream: TcpStream,
         peer_endpoint: u64,
         peer_addr: SocketAddr,
-    ) -> Arc<Connection> {
+    ) -> Result<Arc<Connection>, CommError> {
         let (rd, wr) = stream.into_split();
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let conn = Arc::new(Connection::new(id, wr));
@@ -127,7 +135,13 @@ impl Inner {
             if let Some(existing) = conns.get(&peer_endpoint) {
                 // Both sides dialled at once (two communicators built concurrently): keep
                 // the first link; the duplicate closes when dropped.
-                return existing.clone();
+                return Ok(existing.clone());
+            }
+            if conns.len() >= MAX_LINKS {
+                return Err(CommError::Limit {
+                    ctx: Box::new(self.ctx("install link", self.epoch(), None, Some(peer_addr))),
+                    reason: format!("{} links open, the most an endpoint holds", conns.len()),
+                });
             }
             conns.insert(peer_endpoint, conn.clone());
         }
@@ -149,7 +163,7 @@ impl Inner {
         });
         self.track(reader.abort_handle());
         self.conns_changed.notify_waiters();
-        conn
+        Ok(conn)
     }
 
     /// Opens a TCP stream from the local interface to `addr`, retrying refused connections
@@ -234,7 +248,7 @@ impl Inner {
             });
         }
         self.dialed.fetch_add(1, Ordering::Relaxed);
-        Ok(self.install(stream, acc.endpoint, addr))
+        self.install(stream, acc.endpoint, addr)
     }
 }
 

@@ -2,6 +2,14 @@
 //! keyed by (peer endpoint, communicator id, tag); collectives pop them in order with a
 //! deadline. A dead peer or an aborted communicator wakes every waiter with the reason, so
 //! nothing waits longer than it must.
+//!
+//! Bounded: an authenticated peer can still send frames for communicators or tags nobody
+//! receives, so the mailbox caps the bytes it holds, the (peer, communicator, tag) queues
+//! and the communicators with abort notices ([`MailboxFull`]); a link whose data would pass
+//! a cap is closed instead of growing the agent's memory.
+//!
+//! Size: the unit tests of spinning, parking, deaths, aborts and the caps (half the file)
+//! share the private state they inspect.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -38,6 +46,29 @@ pub struct Notice {
     pub reason: String,
 }
 
+/// Why a frame was not queued: the mailbox holds its most already.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MailboxFull {
+    #[error("{queued} bytes queued and {more} more would pass the cap of {cap} bytes")]
+    Bytes {
+        queued: usize,
+        more: usize,
+        cap: usize,
+    },
+    #[error("{0} receive queues open: no room for another")]
+    Queues(usize),
+    #[error("abort notices held for {0} communicators: no room for another")]
+    Aborts(usize),
+}
+
+/// Bytes of received, not yet taken data a mailbox holds at most by default (a large
+/// pipelined collective runs ahead by tens of MiB; see `POOL_MAX_BYTES`).
+pub const DEFAULT_MAX_QUEUED_BYTES: usize = 1 << 30;
+/// Receive queues ((peer, communicator, tag) keys) open at once.
+pub const MAX_QUEUES: usize = 1 << 16;
+/// Communicators with abort notices remembered at once.
+pub const MAX_ABORTED: usize = 1024;
+
 #[derive(Default)]
 struct Slot {
     queue: VecDeque<Msg>,
@@ -51,6 +82,8 @@ struct State {
     dead: HashMap<u64, String>,
     /// Per communicator, every abort notice: (from endpoint, blamed endpoint, reason).
     aborted: HashMap<u64, Vec<Notice>>,
+    /// Sum of the queued payloads' lengths.
+    queued_bytes: usize,
 }
 
 #[derive(Default)]
@@ -60,6 +93,8 @@ pub struct Mailbox {
     spin: SpinPolicy,
     /// Recycled receive buffers: large fresh allocations cost page faults on every frame.
     pool: Mutex<Pool>,
+    /// The most queued bytes (0: [`DEFAULT_MAX_QUEUED_BYTES`]).
+    max_queued_bytes: usize,
 }
 
 /// Buffers below this size are not worth pooling.
@@ -83,6 +118,20 @@ impl Mailbox {
         Mailbox {
             spin: SpinPolicy::new(spin),
             ..Mailbox::default()
+        }
+    }
+
+    /// The same mailbox holding at most `bytes` of queued data.
+    pub fn with_max_queued_bytes(mut self, bytes: usize) -> Mailbox {
+        self.max_queued_bytes = bytes;
+        self
+    }
+
+    fn cap(&self) -> usize {
+        if self.max_queued_bytes == 0 {
+            DEFAULT_MAX_QUEUED_BYTES
+        } else {
+            self.max_queued_bytes
         }
     }
 
@@ -121,11 +170,25 @@ impl Mailbox {
         }
     }
 
-    pub fn push(&self, key: Key, msg: Msg) {
+    /// Queues a frame for `key`, unless that would pass a cap.
+    pub fn push(&self, key: Key, msg: Msg) -> Result<(), MailboxFull> {
         let mut st = self.lock();
+        let (cap, more) = (self.cap(), msg.data.len());
+        if st.queued_bytes + more > cap {
+            return Err(MailboxFull::Bytes {
+                queued: st.queued_bytes,
+                more,
+                cap,
+            });
+        }
+        if st.slots.len() >= MAX_QUEUES && !st.slots.contains_key(&key) {
+            return Err(MailboxFull::Queues(st.slots.len()));
+        }
+        st.queued_bytes += more;
         let slot = st.slots.entry(key).or_default();
         slot.queue.push_back(msg);
         slot.notify.notify_one();
+        Ok(())
     }
 
     /// Marks a peer endpoint dead and wakes everyone waiting on it.
@@ -140,8 +203,11 @@ impl Mailbox {
     }
 
     /// A peer (endpoint `from`) aborted communicator `ctx`: wake every waiter of that ctx.
-    pub fn abort_ctx(&self, ctx: u64, notice: Notice) {
+    pub fn abort_ctx(&self, ctx: u64, notice: Notice) -> Result<(), MailboxFull> {
         let mut st = self.lock();
+        if st.aborted.len() >= MAX_ABORTED && !st.aborted.contains_key(&ctx) {
+            return Err(MailboxFull::Aborts(st.aborted.len()));
+        }
         let list = st.aborted.entry(ctx).or_default();
         if list.len() < 64 {
             list.push(notice);
@@ -151,6 +217,7 @@ impl Mailbox {
                 slot.notify.notify_one();
             }
         }
+        Ok(())
     }
 
     /// A new link to `peer` exists: its earlier death no longer applies.
@@ -170,7 +237,15 @@ impl Mailbox {
     /// Forgets everything queued for a communicator (when it is dropped).
     pub fn forget_ctx(&self, ctx: u64) {
         let mut st = self.lock();
-        st.slots.retain(|k, s| k.1 != ctx || s.waiters > 0);
+        let mut freed = 0;
+        st.slots.retain(|k, s| {
+            let keep = k.1 != ctx || s.waiters > 0;
+            if !keep {
+                freed += s.queue.iter().map(|m| m.data.len()).sum::<usize>();
+            }
+            keep
+        });
+        st.queued_bytes -= freed;
         st.aborted.remove(&ctx);
     }
 
@@ -182,6 +257,7 @@ impl Mailbox {
             if slot.queue.is_empty() && slot.waiters == 0 {
                 st.slots.remove(&key);
             }
+            st.queued_bytes -= m.data.len();
             return Some(Ok(m));
         }
         if let Some(reason) = st.dead.get(&key.0) {
@@ -248,6 +324,7 @@ impl Mailbox {
                 if let Some(slot) = st.slots.get_mut(&key)
                     && let Some(m) = slot.queue.pop_front()
                 {
+                    st.queued_bytes -= m.data.len();
                     return Ok(m);
                 }
                 return Err(PopError::Timeout);
@@ -258,6 +335,11 @@ impl Mailbox {
     #[cfg(test)]
     pub fn slot_count(&self) -> usize {
         self.lock().slots.len()
+    }
+
+    #[cfg(test)]
+    pub fn queued_bytes(&self) -> usize {
+        self.lock().queued_bytes
     }
 }
 
@@ -300,7 +382,8 @@ mod tests {
                 epoch: 1,
                 data: vec![7],
             },
-        );
+        )
+        .unwrap();
         assert_eq!(h.await.unwrap().unwrap().data, vec![7]);
         // Arrives after the spin (the receiver parked).
         let m2 = mb.clone();
@@ -312,7 +395,8 @@ mod tests {
                 epoch: 1,
                 data: vec![8],
             },
-        );
+        )
+        .unwrap();
         assert_eq!(h.await.unwrap().unwrap().data, vec![8]);
         // A dead peer during the spin.
         let m2 = mb.clone();
@@ -343,7 +427,8 @@ mod tests {
                     epoch: 0,
                     data: vec![i],
                 },
-            );
+            )
+            .unwrap();
         }
         for i in 0..3u8 {
             assert_eq!(mb.pop((1, 2, 3), soon()).await.unwrap().data, vec![i]);
@@ -363,7 +448,8 @@ mod tests {
                 epoch: 5,
                 data: vec![9],
             },
-        );
+        )
+        .unwrap();
         assert_eq!(h.await.unwrap().unwrap().epoch, 5);
         assert_eq!(mb.slot_count(), 0);
     }
@@ -395,7 +481,8 @@ mod tests {
                 blame: None,
                 reason: "boom".into(),
             },
-        );
+        )
+        .unwrap();
         assert_eq!(
             mb.pop((9, 1, 2), soon()).await.unwrap_err(),
             PopError::Aborted(Notice {
@@ -404,5 +491,62 @@ mod tests {
                 reason: "boom".into()
             })
         );
+    }
+
+    fn msg(len: usize) -> Msg {
+        Msg {
+            epoch: 1,
+            data: vec![0; len],
+        }
+    }
+
+    #[tokio::test]
+    async fn a_peer_cannot_queue_more_than_the_cap_and_taken_data_frees_room() {
+        let mb = Mailbox::default().with_max_queued_bytes(100);
+        mb.push((1, 1, 1), msg(60)).unwrap();
+        let full = mb.push((1, 1, 2), msg(41)).unwrap_err();
+        assert_eq!(
+            full,
+            MailboxFull::Bytes {
+                queued: 60,
+                more: 41,
+                cap: 100
+            }
+        );
+        mb.push((1, 1, 2), msg(40)).unwrap();
+        assert_eq!(mb.pop((1, 1, 1), soon()).await.unwrap().data.len(), 60);
+        assert_eq!(mb.queued_bytes(), 40);
+        mb.push((1, 1, 3), msg(60)).unwrap();
+        // Forgetting a communicator gives its queued bytes back.
+        mb.forget_ctx(1);
+        assert_eq!(mb.queued_bytes(), 0);
+        assert_eq!(mb.slot_count(), 0);
+    }
+
+    #[test]
+    fn receive_queues_and_aborted_communicators_are_capped() {
+        let mb = Mailbox::default();
+        for tag in 0..MAX_QUEUES as u64 {
+            mb.push((1, 1, tag), msg(0)).unwrap();
+        }
+        assert_eq!(
+            mb.push((1, 1, u64::MAX), msg(0)).unwrap_err(),
+            MailboxFull::Queues(MAX_QUEUES)
+        );
+        // An existing queue still takes data.
+        mb.push((1, 1, 0), msg(1)).unwrap();
+        let notice = || Notice {
+            from: 2,
+            blame: None,
+            reason: "x".into(),
+        };
+        for ctx in 0..MAX_ABORTED as u64 {
+            mb.abort_ctx(ctx, notice()).unwrap();
+        }
+        assert_eq!(
+            mb.abort_ctx(u64::MAX, notice()).unwrap_err(),
+            MailboxFull::Aborts(MAX_ABORTED)
+        );
+        mb.abort_ctx(0, notice()).unwrap();
     }
 }

@@ -19,7 +19,7 @@ mod rendezvous;
 mod sessions;
 mod spin;
 
-pub use config::{EndpointConfig, EndpointStats, Rejection};
+pub use config::{COMM_LIMITS, EndpointConfig, EndpointStats, Rejection};
 pub use connection::Connection;
 pub use endpoint::Endpoint;
 pub use iface::BindSpec;

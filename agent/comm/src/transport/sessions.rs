@@ -9,6 +9,14 @@ use tokio::sync::watch;
 
 use crate::bootstrap::{MAX_WORLD, PeerEntry, Register, Table};
 
+/// Rendezvous sessions one root holds open at once: an authenticated peer inventing
+/// session ids must not grow the table without bound (each session waits for its ranks
+/// at most the init timeout, then is forgotten).
+pub(super) const MAX_SESSIONS: usize = 256;
+
+/// Rank slots of all open sessions together (one very large world fits, many do not).
+pub(super) const MAX_SESSION_SLOTS: usize = 2 * MAX_WORLD;
+
 pub(super) type Outcome = Option<Result<Table, String>>;
 
 struct Session {
@@ -42,6 +50,16 @@ impl Sessions {
         }
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         let key = (reg.session, epoch);
+        if !map.contains_key(&key) {
+            let slots: usize = map.values().map(|s| s.entries.len()).sum();
+            if map.len() >= MAX_SESSIONS || slots + reg.world as usize > MAX_SESSION_SLOTS {
+                return Err(format!(
+                    "{} rendezvous sessions with {slots} rank slots open at this root, \
+                     the most it holds",
+                    map.len()
+                ));
+            }
+        }
         let s = map.entry(key).or_insert_with(|| Session {
             world: reg.world,
             entries: vec![None; reg.world as usize],
@@ -81,5 +99,45 @@ impl Sessions {
             s.done
                 .send_replace(Some(Err("rendezvous session expired".into())));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reg(session: u8, world: u32) -> Register {
+        Register {
+            session: [session; 16],
+            world,
+            rank: 0,
+            endpoint: 1,
+            listen: "127.0.0.1:1".into(),
+        }
+    }
+
+    #[test]
+    fn open_sessions_and_their_rank_slots_are_capped() {
+        let s = Sessions::default();
+        for i in 0..MAX_SESSIONS {
+            let mut r = reg(0, 2);
+            r.session[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            s.register(1, &r).unwrap();
+        }
+        let refused = s.register(1, &reg(0xee, 2)).unwrap_err();
+        assert!(refused.contains("the most it holds"), "{refused}");
+        // A rank of an open session still registers.
+        let mut second = reg(0, 2);
+        second.session[..8].copy_from_slice(&0u64.to_le_bytes());
+        second.rank = 1;
+        second.endpoint = 2;
+        s.register(1, &second).unwrap();
+
+        let s = Sessions::default();
+        s.register(1, &reg(1, MAX_WORLD as u32)).unwrap();
+        s.register(1, &reg(2, MAX_WORLD as u32)).unwrap();
+        assert!(s.register(1, &reg(3, 2)).is_err(), "slots are spent");
+        s.forget([1; 16], 1);
+        s.register(1, &reg(3, 2)).unwrap();
     }
 }

@@ -1,0 +1,321 @@
+//! Admission for every TCP listener of a node (link probe, chunk server, comm acceptor,
+//! metrics): who may hold a connection slot, and for how long.
+//!
+//! Why one piece for all of them: each listener used to cap only its total (probe 64,
+//! chunk server 64, comm 256) and most held a slot until a generous deadline, so one host
+//! opening a few dozen idle connections took every slot and the node's real peers were
+//! refused — its probes failed and peers recorded the node Down. Here a connection is
+//! always accepted and then admitted or closed at once, so the listen backlog never
+//! fills; the cap is per peer address first (a flood from one address can only take that
+//! address's slots) and global second (bounded memory and tasks), and every slot is freed
+//! by a deadline the listener enforces. Refusals are counted by reason for metrics.
+//!
+//! [`Admission`] is the pure accounting (unit-tested); [`Guard`] wraps it for concurrent
+//! use and hands out [`Slot`]s that release themselves when dropped.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The caps and deadlines of one listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections one peer address may hold at once.
+    pub per_peer: usize,
+    /// Connections all peers together may hold at once.
+    pub total: usize,
+    /// A connection that has not proved itself (handshake, request line) within this is
+    /// closed.
+    pub handshake: Duration,
+    /// A connection that sends nothing for this long is closed.
+    pub idle: Duration,
+}
+
+/// Why a connection was closed without being served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum Refusal {
+    /// Its address already holds [`Limits::per_peer`] connections.
+    #[error("the peer address holds its share of connections already")]
+    PerPeer,
+    /// The listener holds [`Limits::total`] connections.
+    #[error("the listener holds its most connections already")]
+    Total,
+    /// It did not complete its handshake or request within the deadline.
+    #[error("no handshake or request within the deadline")]
+    Deadline,
+    /// It sent nothing for the idle deadline.
+    #[error("idle for longer than the deadline")]
+    Idle,
+}
+
+impl Refusal {
+    /// Every reason, in label order.
+    pub const ALL: [Refusal; 4] = [
+        Refusal::PerPeer,
+        Refusal::Total,
+        Refusal::Deadline,
+        Refusal::Idle,
+    ];
+
+    /// A short fixed name (metric label).
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::PerPeer => "per_peer_cap",
+            Refusal::Total => "total_cap",
+            Refusal::Deadline => "deadline",
+            Refusal::Idle => "idle",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Refusal::PerPeer => 0,
+            Refusal::Total => 1,
+            Refusal::Deadline => 2,
+            Refusal::Idle => 3,
+        }
+    }
+}
+
+/// Connections held, per peer address and in total (pure).
+#[derive(Debug, Default)]
+pub struct Admission {
+    per_peer: HashMap<IpAddr, usize>,
+    total: usize,
+}
+
+impl Admission {
+    /// Takes a slot for `peer`, or says why not. The per-peer cap is checked first, so a
+    /// flooding address is named as such even when it also filled the listener.
+    pub fn admit(&mut self, peer: IpAddr, limits: &Limits) -> Result<(), Refusal> {
+        let held = self.per_peer.get(&peer).copied().unwrap_or(0);
+        if held >= limits.per_peer.max(1) {
+            return Err(Refusal::PerPeer);
+        }
+        if self.total >= limits.total.max(1) {
+            return Err(Refusal::Total);
+        }
+        *self.per_peer.entry(peer).or_insert(0) += 1;
+        self.total += 1;
+        Ok(())
+    }
+
+    /// Gives back a slot of `peer` (an address with no slot left is forgotten, so the
+    /// table holds only current peers).
+    pub fn release(&mut self, peer: IpAddr) {
+        if let Some(n) = self.per_peer.get_mut(&peer) {
+            *n -= 1;
+            self.total -= 1;
+            if *n == 0 {
+                self.per_peer.remove(&peer);
+            }
+        }
+    }
+
+    /// Slots held by `peer`.
+    pub fn held_by(&self, peer: IpAddr) -> usize {
+        self.per_peer.get(&peer).copied().unwrap_or(0)
+    }
+
+    /// Slots held in total.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    /// Peer addresses holding a slot.
+    pub fn peers(&self) -> usize {
+        self.per_peer.len()
+    }
+}
+
+/// Counters of one listener.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ListenerCounts {
+    /// Connections admitted.
+    pub admitted: u64,
+    /// Connections closed unserved, by [`Refusal::ALL`] order.
+    pub refused: [u64; 4],
+    /// Connections holding a slot now.
+    pub open: usize,
+}
+
+impl ListenerCounts {
+    /// Refusals for one reason.
+    pub fn refused(&self, reason: Refusal) -> u64 {
+        self.refused[reason.index()]
+    }
+}
+
+/// One listener's admission, shared by its accept loop and connection tasks.
+#[derive(Debug)]
+pub struct Guard {
+    name: &'static str,
+    limits: Limits,
+    state: Mutex<Admission>,
+    admitted: AtomicU64,
+    refused: [AtomicU64; 4],
+}
+
+impl Guard {
+    /// A guard for the listener called `name` (metric label).
+    pub fn new(name: &'static str, limits: Limits) -> Arc<Guard> {
+        Arc::new(Guard {
+            name,
+            limits,
+            state: Mutex::new(Admission::default()),
+            admitted: AtomicU64::new(0),
+            refused: Default::default(),
+        })
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Admits a connection from `peer`, or counts and returns why not (the caller closes
+    /// the connection at once).
+    pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Result<Slot, Refusal> {
+        let r = self.lock().admit(peer, &self.limits);
+        match r {
+            Ok(()) => {
+                self.admitted.fetch_add(1, Ordering::Relaxed);
+                Ok(Slot {
+                    guard: self.clone(),
+                    peer,
+                })
+            }
+            Err(reason) => {
+                self.count(reason);
+                tracing::debug!(listener = self.name, %peer, reason = reason.label(), "connection refused");
+                Err(reason)
+            }
+        }
+    }
+
+    /// Counts a connection closed for `reason` after it was admitted (a deadline).
+    pub fn count(&self, reason: Refusal) {
+        self.refused[reason.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters now.
+    pub fn counts(&self) -> ListenerCounts {
+        ListenerCounts {
+            admitted: self.admitted.load(Ordering::Relaxed),
+            refused: std::array::from_fn(|i| self.refused[i].load(Ordering::Relaxed)),
+            open: self.lock().total(),
+        }
+    }
+
+    /// Runs `work` (the handshake or first request of an admitted connection) under the
+    /// handshake deadline; a miss is counted as [`Refusal::Deadline`].
+    pub async fn within_handshake<T>(
+        &self,
+        work: impl std::future::Future<Output = T>,
+    ) -> Result<T, Refusal> {
+        match tokio::time::timeout(self.limits.handshake, work).await {
+            Ok(v) => Ok(v),
+            Err(_) => {
+                self.count(Refusal::Deadline);
+                Err(Refusal::Deadline)
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Admission> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A held connection slot; dropping it frees the slot.
+#[derive(Debug)]
+pub struct Slot {
+    guard: Arc<Guard>,
+    peer: IpAddr,
+}
+
+impl Slot {
+    pub fn peer(&self) -> IpAddr {
+        self.peer
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.guard.lock().release(self.peer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        per_peer: 2,
+        total: 3,
+        handshake: Duration::from_secs(1),
+        idle: Duration::from_secs(1),
+    };
+
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([10, 0, 0, last])
+    }
+
+    #[test]
+    fn one_address_takes_only_its_share_and_others_still_get_in() {
+        let mut a = Admission::default();
+        assert_eq!(a.admit(ip(1), &LIMITS), Ok(()));
+        assert_eq!(a.admit(ip(1), &LIMITS), Ok(()));
+        for _ in 0..1000 {
+            assert_eq!(a.admit(ip(1), &LIMITS), Err(Refusal::PerPeer));
+        }
+        assert_eq!(a.admit(ip(2), &LIMITS), Ok(()));
+        assert_eq!(a.held_by(ip(1)), 2);
+        assert_eq!(a.total(), 3);
+    }
+
+    #[test]
+    fn the_total_cap_holds_across_addresses_and_released_slots_are_reused() {
+        let mut a = Admission::default();
+        for last in 1..=3 {
+            assert_eq!(a.admit(ip(last), &LIMITS), Ok(()));
+        }
+        assert_eq!(a.admit(ip(4), &LIMITS), Err(Refusal::Total));
+        a.release(ip(2));
+        assert_eq!(a.peers(), 2, "an address with no slot is forgotten");
+        assert_eq!(a.admit(ip(4), &LIMITS), Ok(()));
+        // Releasing an address that holds nothing changes nothing.
+        a.release(ip(9));
+        assert_eq!(a.total(), 3);
+    }
+
+    #[test]
+    fn slots_free_themselves_and_refusals_are_counted_by_reason() {
+        let g = Guard::new("test", LIMITS);
+        let s1 = g.admit(ip(1)).unwrap();
+        let _s2 = g.admit(ip(1)).unwrap();
+        assert_eq!(g.admit(ip(1)).unwrap_err(), Refusal::PerPeer);
+        assert_eq!(g.counts().open, 2);
+        drop(s1);
+        assert_eq!(g.counts().open, 1);
+        let _s3 = g.admit(ip(1)).unwrap();
+        let c = g.counts();
+        assert_eq!(c.admitted, 3);
+        assert_eq!(c.refused(Refusal::PerPeer), 1);
+        assert_eq!(c.refused(Refusal::Total), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handshake_past_its_deadline_is_counted() {
+        let g = Guard::new("test", LIMITS);
+        let r = g.within_handshake(std::future::pending::<()>()).await;
+        assert_eq!(r, Err(Refusal::Deadline));
+        assert_eq!(g.counts().refused(Refusal::Deadline), 1);
+        assert_eq!(g.within_handshake(async { 7 }).await, Ok(7));
+    }
+}
