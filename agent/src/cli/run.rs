@@ -311,7 +311,7 @@ mod tests {
     /// agent-daemonset.yaml's `args` as `helm template` renders them with the default
     /// values.yaml and `agent.mode=cpu`, every optional value set (`agent.socketIfname==eth1`,
     /// `agent.managementInterface=eth0`), and `$(NODE_NAME)` substituted by the kubelet.
-    const CHART_ARGS: [&str; 13] = [
+    const CHART_ARGS: [&str; 14] = [
         "run",
         "--node-name=node-a",
         "--metrics-addr=0.0.0.0:7511",
@@ -320,6 +320,7 @@ mod tests {
         "--weights-dir=/var/lib/hcomm/weights",
         "--weights-gc-grace-secs=600",
         "--socket=/run/hcomm/agent.sock",
+        "--pod-sockets-dir=/run/hcomm/pods",
         "--probe-secret-file=/etc/hcomm/secret/probe-secret",
         "--cpu-devices=8",
         "--socket-ifname==eth1",
