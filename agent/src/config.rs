@@ -34,7 +34,13 @@ pub struct AgentConfig {
     pub socket_ifname: Option<String>,
     pub topology: TopologyLabels,
     pub sources: InventorySources,
+    /// The node socket of the local API (`--socket`): node tools only, mounted into no Pod.
     pub socket_path: PathBuf,
+    /// Where each member Pod's own local-API socket is served (`--pod-sockets-dir`):
+    /// `<dir>/<pod uid>/agent.sock`, the directory the operator mounts into that Pod.
+    pub pod_sockets_dir: PathBuf,
+    /// How callers of the local API are identified (`--local-api-callers`).
+    pub local_api_callers: crate::local_api::caller::CallerCheck,
     pub allowed_uids: Vec<u32>,
     pub metrics_addr: SocketAddr,
     /// Port of the link probe on every node's data address.
@@ -90,6 +96,15 @@ impl AgentConfig {
         }
     }
 
+    /// Who may call the local API (both the node socket and the Pods' sockets).
+    pub fn local_api_access(&self) -> crate::local_api::server::Access {
+        crate::local_api::server::Access {
+            allowed_uids: self.allowed_uids.clone(),
+            callers: self.local_api_callers,
+            ..Default::default()
+        }
+    }
+
     /// Defaults for `node`, as documented on the flags.
     pub fn new(node: impl Into<String>) -> AgentConfig {
         AgentConfig {
@@ -100,7 +115,9 @@ impl AgentConfig {
             worker_ready_timeout: Duration::from_secs(600),
             topology: TopologyLabels::default(),
             sources: InventorySources::default(),
-            socket_path: "/run/hcomm/agent.sock".into(),
+            socket_path: hcomm_crds::local_api::NODE_SOCKET.into(),
+            pod_sockets_dir: hcomm_crds::local_api::POD_SOCKETS_DIR.into(),
+            local_api_callers: Default::default(),
             allowed_uids: Vec::new(),
             metrics_addr: "0.0.0.0:9464".parse().expect("valid"),
             probe_port: 29499,
@@ -129,6 +146,8 @@ pub struct Context {
     pub client: kube::Client,
     pub metrics: Metrics,
     pub hub: Hub,
+    /// The member Pods' own local-API sockets, served from [`Context::hub`].
+    pub pod_sockets: crate::local_api::pods::PodSockets,
     pub inventory: tokio::sync::RwLock<Inventory>,
     pub weights: Arc<dyn WeightsSyncer>,
     pub recorder: kube::runtime::events::Recorder,
@@ -153,11 +172,18 @@ impl Context {
                 instance: Some(cfg.node_name.clone()),
             },
         );
+        let hub = Hub::default();
+        let pod_sockets = crate::local_api::pods::PodSockets::new(
+            cfg.pod_sockets_dir.clone(),
+            hub.clone(),
+            cfg.local_api_access(),
+        );
         Context {
             cfg,
             client,
             metrics: Metrics::new(),
-            hub: Hub::default(),
+            hub,
+            pod_sockets,
             inventory: tokio::sync::RwLock::new(Inventory::default()),
             weights,
             recorder,

@@ -13,7 +13,8 @@ use tokio::sync::watch;
 use crate::config::{AgentConfig, Context};
 use crate::error::{Error, Result};
 use crate::inventory;
-use crate::local_api::server::{self as api_server, Access};
+use crate::local_api::caller::CallerCheck;
+use crate::local_api::server::{self as api_server, Serves};
 use crate::member::weights_sync::EngineSyncer;
 use crate::weights::{ChunkServer, CurrentLink, GroupSecret, ServerConfig, WeightStore, gc};
 
@@ -143,12 +144,19 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         stopped(),
     ));
     let api_l = api_server::bind(&ctx.cfg.socket_path)?;
+    if ctx.cfg.local_api_callers == CallerCheck::Unchecked {
+        tracing::warn!(
+            "--local-api-callers=unchecked: local-API callers are not identified; any process \
+             that can open a Pod's socket acts as that Pod (for agents outside the host PID \
+             namespace only)"
+        );
+    }
+    tracing::info!(node_socket = %ctx.cfg.socket_path.display(), pod_sockets = %ctx.cfg.pod_sockets_dir.display(), callers = ?ctx.cfg.local_api_callers, "local API");
     let api_task = tokio::spawn(api_server::serve(
         api_l,
         ctx.hub.clone(),
-        Access {
-            allowed_uids: ctx.cfg.allowed_uids.clone(),
-        },
+        ctx.cfg.local_api_access(),
+        Serves::Node,
         stopped(),
     ));
     let metrics_l = crate::metrics::bind(ctx.cfg.metrics_addr)

@@ -6,11 +6,33 @@
 //! Requests carry `op` and `pod` (the worker's Pod name, from the downward API; `namespace`
 //! is optional when the name is unique on the node). Responses carry `ok` and either the
 //! result or `error`. `watch` turns the connection into a stream of `{"event": ...}` lines.
+//!
+//! Where the sockets are (see `docs/security.md`, "Local API"): the agent serves one socket
+//! per member Pod, `<`[`POD_SOCKETS_DIR`]`>/<pod uid>/`[`SOCKET_FILE`], and the operator
+//! mounts only that Pod's directory (read-only) at [`MOUNT_DIR`], so every worker finds its
+//! own socket at [`MOUNT_SOCKET`] and no other. A request on a Pod's socket acts on that
+//! Pod only; `pod`/`namespace` must name it. The node socket ([`NODE_SOCKET`]) is mounted
+//! into no Pod: node tools (and tests) use it, and it refuses callers inside a Pod.
 
 use serde::{Deserialize, Serialize};
 
 /// Longest request line accepted (bytes).
 pub const MAX_LINE: usize = 16 << 10;
+
+/// The host directory holding one directory per member Pod (named by the Pod's UID), each
+/// with that Pod's socket: the agent's `--pod-sockets-dir` default and the hostPath the
+/// operator mounts (one Pod's subdirectory of it, by `subPathExpr`).
+pub const POD_SOCKETS_DIR: &str = "/run/hcomm/pods";
+/// The socket's file name, in a Pod's directory and in the container.
+pub const SOCKET_FILE: &str = "agent.sock";
+/// Where a member's containers see their Pod's directory.
+pub const MOUNT_DIR: &str = "/run/hcomm";
+/// The Pod's own socket as its containers see it (`HCOMM_AGENT_SOCKET`, and the reference
+/// worker's default).
+pub const MOUNT_SOCKET: &str = "/run/hcomm/agent.sock";
+/// The node socket on the host (the agent's `--socket` default): for node tools, never
+/// mounted into a Pod.
+pub const NODE_SOCKET: &str = "/run/hcomm/agent.sock";
 
 /// A request from the worker.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -179,12 +201,14 @@ pub enum Response {
         ready: bool,
         path: Option<String>,
     },
-    Ok {
-        ok: bool,
-    },
+    /// Before `Ok`: untagged variants are tried in order, and `Ok` would swallow an
+    /// error line (dropping its message) when read back.
     Error {
         ok: bool,
         error: String,
+    },
+    Ok {
+        ok: bool,
     },
 }
 
@@ -207,6 +231,10 @@ pub fn parse_request(line: &str) -> Result<Request, String> {
         format!("bad request ({e}); expected e.g. {{\"op\":\"assignment\",\"pod\":\"<name>\"}}")
     })
 }
+
+#[cfg(test)]
+#[path = "local_api_fuzz.rs"]
+mod fuzz;
 
 #[cfg(test)]
 mod tests {

@@ -158,6 +158,7 @@ fn cpu_mode_renders_without_npu_mounts_or_node_selector() -> Result<()> {
         "--weights-gc-grace-secs=600",
         "--health-interval-secs=10",
         "--socket=/run/hcomm/agent.sock",
+        "--pod-sockets-dir=/run/hcomm/pods",
     ] {
         assert!(
             rendered.contains(flag),

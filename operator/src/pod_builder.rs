@@ -1,7 +1,8 @@
 //! Member Pods (pure): the user's template plus what membership adds — labels, the
 //! readiness gate, the NPU resource request, a required node affinity for the planned
-//! node, the rank and HCCL environment, the rank-table volume, and the controller owner
-//! reference.
+//! node, the rank and HCCL environment, the rank-table volume, the Pod's own local-API
+//! directory (read-only, by `subPathExpr` on the Pod's UID, so a worker reaches its own
+//! agent socket and no other Pod's), and the controller owner reference.
 //!
 //! The operator never writes `nodeName` (the scheduler binds the Pod, counting the NPU
 //! resource, taints and quotas; `schedulerName` stays as the template has it, e.g.
@@ -17,8 +18,8 @@ use hcomm_crds::contract::{
 use hcomm_crds::group::Bootstrap;
 use hcomm_crds::{Backend, HcommGroup, HcommGroupSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, EnvVar, Pod, PodReadinessGate, PodSpec, ResourceRequirements,
-    Volume, VolumeMount,
+    ConfigMapVolumeSource, Container, EnvVar, EnvVarSource, HostPathVolumeSource,
+    ObjectFieldSelector, Pod, PodReadinessGate, PodSpec, ResourceRequirements, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -29,6 +30,9 @@ use crate::rank_table::{MOUNT_DIR, RANK_TABLE_FILE, config_map_name};
 
 /// Name of the rank-table volume added to member Pods.
 pub const VOLUME_NAME: &str = "hcomm-rank-table";
+/// Name of the local-API volume added to member Pods (the node's Pod-sockets directory,
+/// of which each container mounts only its Pod's subdirectory).
+pub const AGENT_API_VOLUME: &str = "hcomm-agent-api";
 
 /// The controller owner reference pointing at `group`.
 pub fn owner_reference(group: &HcommGroup) -> Option<OwnerReference> {
@@ -93,6 +97,7 @@ pub fn build(group: &HcommGroup, member: &PlannedMember, epoch: i64, world_size:
         }),
         ..Volume::default()
     });
+    add_agent_api(&mut pod_spec);
     let gates = pod_spec.readiness_gates.get_or_insert_with(Vec::new);
     if !gates.iter().any(|g| g.condition_type == READINESS_GATE) {
         gates.push(PodReadinessGate {
@@ -118,6 +123,36 @@ pub fn build(group: &HcommGroup, member: &PlannedMember, epoch: i64, world_size:
     }
 }
 
+/// The Pod's own local-API directory in every container: the host's Pod-sockets directory
+/// narrowed to `$(HCOMM_POD_UID)` by `subPathExpr`, read-only (connecting to a socket
+/// needs no write access to its mount). A template's own mount at the same path is
+/// replaced: two mounts cannot share a path, and that one would give a worker the node's
+/// whole directory.
+fn add_agent_api(pod_spec: &mut PodSpec) {
+    use hcomm_crds::local_api::{MOUNT_DIR, POD_SOCKETS_DIR};
+    for container in &mut pod_spec.containers {
+        let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
+        mounts.retain(|m| m.mount_path.trim_end_matches('/') != MOUNT_DIR);
+        mounts.push(VolumeMount {
+            name: AGENT_API_VOLUME.into(),
+            mount_path: MOUNT_DIR.into(),
+            sub_path_expr: Some(format!("$({})", env::POD_UID)),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+    }
+    let volumes = pod_spec.volumes.get_or_insert_with(Vec::new);
+    volumes.retain(|v| v.name != AGENT_API_VOLUME);
+    volumes.push(Volume {
+        name: AGENT_API_VOLUME.into(),
+        host_path: Some(HostPathVolumeSource {
+            path: POD_SOCKETS_DIR.into(),
+            type_: Some("DirectoryOrCreate".into()),
+        }),
+        ..Volume::default()
+    });
+}
+
 /// The environment of member `index` (see `docs/manual.md`, "Worker environment", and
 /// `hcomm_crds::contract::env` for the per-process rule).
 fn environment(
@@ -137,6 +172,18 @@ fn environment(
         var(env::RANK_SIZE, &world_size.to_string()),
         var(env::LOCAL_RANK_SIZE, &dpm.to_string()),
         var(env::BACKEND, backend(spec)),
+        EnvVar {
+            name: env::POD_UID.into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.uid".into(),
+                    ..ObjectFieldSelector::default()
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        },
+        var(env::AGENT_SOCKET, hcomm_crds::local_api::MOUNT_SOCKET),
     ];
     if dpm == 1 {
         // One process per member: its per-process values are the member's.
@@ -178,6 +225,8 @@ const MANAGED_ENV: &[&str] = &[
     env::RANK_SIZE,
     env::LOCAL_RANK_SIZE,
     env::BACKEND,
+    env::POD_UID,
+    env::AGENT_SOCKET,
     env::RANK_ID,
     env::DEVICE_ID,
     env::SOCKET_IFNAME,
@@ -398,5 +447,42 @@ pub(crate) mod tests {
             ("120", "1836", "200"),
             "HCCL's own defaults"
         );
+    }
+
+    #[test]
+    fn each_container_mounts_only_its_pods_local_api_directory_read_only() {
+        use hcomm_crds::local_api::{MOUNT_DIR, MOUNT_SOCKET, POD_SOCKETS_DIR};
+        let mut json = decode();
+        // A template written for the old shared socket: its mount is replaced.
+        json["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] =
+            serde_json::json!([{"name": "old", "mountPath": format!("{MOUNT_DIR}/")}]);
+        json["spec"]["template"]["spec"]["containers"][0]["env"] = serde_json::json!([
+            {"name": env::AGENT_SOCKET, "value": "/elsewhere.sock"}]);
+        let pod = build(&group(json), &member(0, "n1"), 1, 2);
+        let env = env_of(&pod);
+        assert_eq!(env[env::AGENT_SOCKET], MOUNT_SOCKET);
+        let c = &pod.spec.as_ref().unwrap().containers[0];
+        let uid = c
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == env::POD_UID)
+            .unwrap();
+        let field = uid.value_from.as_ref().unwrap().field_ref.as_ref().unwrap();
+        assert_eq!(field.field_path, "metadata.uid");
+        let at_dir: Vec<&VolumeMount> = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter(|m| m.mount_path.trim_end_matches('/') == MOUNT_DIR)
+            .collect();
+        assert_eq!(at_dir.len(), 1, "{at_dir:?}");
+        let m = at_dir[0];
+        assert_eq!(m.name, AGENT_API_VOLUME);
+        assert_eq!(m.read_only, Some(true));
+        assert_eq!(m.sub_path_expr, Some(format!("$({})", env::POD_UID)));
+        let volumes = pod.spec.as_ref().unwrap().volumes.clone().unwrap();
+        let v = volumes.iter().find(|v| v.name == AGENT_API_VOLUME).unwrap();
+        assert_eq!(v.host_path.as_ref().unwrap().path, POD_SOCKETS_DIR);
     }
 }

@@ -32,6 +32,15 @@ fn gc_grace(v: &str) -> std::result::Result<GcGrace, String> {
         .map_err(|e| format!("{v:?}: {e}"))
 }
 
+fn callers(v: &str) -> std::result::Result<crate::local_api::caller::CallerCheck, String> {
+    use crate::local_api::caller::CallerCheck;
+    match v {
+        "strict" => Ok(CallerCheck::Strict),
+        "unchecked" => Ok(CallerCheck::Unchecked),
+        _ => Err(format!("expected `strict` or `unchecked`, got {v:?}")),
+    }
+}
+
 /// The flags of `hcomm-agent run`.
 #[derive(Debug, Clone, Args)]
 #[command(args_override_self = true)]
@@ -56,9 +65,19 @@ pub struct RunArgs {
     /// Simulate N devices instead of reading NPUs (clusters without NPUs, tests).
     #[arg(long, value_name = "N")]
     pub cpu_devices: Option<u32>,
-    /// The local API's Unix socket (workers connect to it).
+    /// The local API's node socket, for node tools (mounted into no Pod; callers inside a
+    /// Pod are refused).
     #[arg(long, value_name = "PATH", default_value_os_t = defaults().socket_path)]
     pub socket: PathBuf,
+    /// Where each member Pod's own local-API socket is served, `<dir>/<pod uid>/agent.sock`
+    /// (the operator mounts that directory into the Pod).
+    #[arg(long, value_name = "D", default_value_os_t = defaults().pod_sockets_dir)]
+    pub pod_sockets_dir: PathBuf,
+    /// How local-API callers are identified: `strict` (each caller's cgroup must name the
+    /// socket's Pod, or no Pod on the node socket; needs hostPID) or `unchecked` (file
+    /// modes and --allowed-uid only, for an agent that cannot see the workers' pids).
+    #[arg(long, value_name = "MODE", default_value = "strict", value_parser = callers)]
+    pub local_api_callers: crate::local_api::caller::CallerCheck,
     /// A uid allowed on the local API besides root and the agent's own (repeatable).
     #[arg(long, value_name = "UID")]
     pub allowed_uid: Vec<u32>,
@@ -151,6 +170,8 @@ impl RunArgs {
         c.worker_ready_timeout = secs(self.worker_ready_timeout_secs, 0.1);
         c.sources.cpu_devices = self.cpu_devices;
         c.socket_path = self.socket;
+        c.pod_sockets_dir = self.pod_sockets_dir;
+        c.local_api_callers = self.local_api_callers;
         c.allowed_uids = self.allowed_uid;
         c.metrics_addr = self.metrics_addr;
         c.probe_port = self.probe_port;
@@ -290,7 +311,7 @@ mod tests {
     /// agent-daemonset.yaml's `args` as `helm template` renders them with the default
     /// values.yaml and `agent.mode=cpu`, every optional value set (`agent.socketIfname==eth1`,
     /// `agent.managementInterface=eth0`), and `$(NODE_NAME)` substituted by the kubelet.
-    const CHART_ARGS: [&str; 13] = [
+    const CHART_ARGS: [&str; 14] = [
         "run",
         "--node-name=node-a",
         "--metrics-addr=0.0.0.0:7511",
@@ -299,6 +320,7 @@ mod tests {
         "--weights-dir=/var/lib/hcomm/weights",
         "--weights-gc-grace-secs=600",
         "--socket=/run/hcomm/agent.sock",
+        "--pod-sockets-dir=/run/hcomm/pods",
         "--probe-secret-file=/etc/hcomm/secret/probe-secret",
         "--cpu-devices=8",
         "--socket-ifname==eth1",

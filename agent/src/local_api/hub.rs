@@ -52,6 +52,12 @@ impl Hub {
             .clone()
     }
 
+    /// The slot of `key`, if the member is known (a Pod's socket asks this way, so a
+    /// lingering connection never brings back a member that was forgotten).
+    pub fn get(&self, key: &str) -> Option<Arc<Slot>> {
+        self.lock().get(key).cloned()
+    }
+
     /// Forgets a member whose Pod is gone.
     pub fn remove(&self, key: &str) {
         self.lock().remove(key);

@@ -1,9 +1,13 @@
 //! The local worker API: the inference worker on this node learns its assignment, reports
-//! requests in flight, and hears about weights, drains and epochs over a Unix socket
-//! (default `/run/hcomm/agent.sock`). Protocol in `hcomm_crds::local_api` and `agent/README.md`;
-//! shared state in [`hub`]; the socket server in [`server`].
+//! requests in flight, and hears about weights, drains and epochs over a Unix socket — its
+//! Pod's own, `<--pod-sockets-dir>/<pod uid>/agent.sock` ([`pods`]), the only one mounted
+//! into the Pod. Node tools use the node socket (`--socket`, mounted into no Pod).
+//! Protocol in `hcomm_crds::local_api` and `agent/README.md`; shared state in [`hub`];
+//! who may call in [`caller`]; the socket server in [`server`].
 
+pub mod caller;
 pub mod hub;
+pub mod pods;
 pub mod server;
 
 pub use hcomm_crds::local_api::{Assignment, Notice};

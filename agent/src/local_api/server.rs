@@ -1,28 +1,116 @@
-//! The Unix-socket server of the local API. It takes its listener and a shutdown future
-//! (as mini-redis does), bounds concurrent connections, checks the caller's credentials
-//! (`SO_PEERCRED` via tokio, no `unsafe`), and answers line by line.
+//! The Unix-socket server of the local API. It takes its listener, the [`Scope`] of the
+//! socket (the node socket, or one Pod's) and a shutdown future (as mini-redis does),
+//! bounds concurrent connections per socket, identifies every caller (`SO_PEERCRED` via
+//! tokio, no `unsafe`, then [`super::caller`]) before reading a byte from it, bounds the
+//! wait for each request line, and answers line by line. On a Pod's socket a request acts
+//! on that Pod only: the `pod`/`namespace` it names must be the socket's.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 
-use super::hub::Hub;
+use super::caller::{self, CallerCheck, Refusal, Scope};
+use super::hub::{Hub, Slot};
 use crate::error::{Error, Result};
 use hcomm_crds::local_api::{MAX_LINE, Notice, Request, Response, parse_request};
 
-/// Concurrent worker connections served.
+/// Concurrent connections served on the node socket.
 pub const MAX_CONNECTIONS: usize = 256;
+/// Concurrent connections served on one Pod's socket: a worker holds a watch, a kept
+/// report connection and a few short ones per process, so 64 covers 16 processes; a Pod
+/// that opens more only delays itself, never another Pod.
+pub const MAX_POD_CONNECTIONS: usize = 64;
+/// How long a request line may take to arrive, counted from the end of the previous
+/// answer: a silent or trickling client gives its slot back after this.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(300);
 
-/// Who may connect.
-#[derive(Debug, Clone, Default)]
+/// Who may connect, and how long they may stay silent.
+#[derive(Debug, Clone)]
 pub struct Access {
     /// Allowed peer uids; empty allows any local caller that can open the socket (its
     /// mode is 0660, so that is root and the socket's group).
     pub allowed_uids: Vec<u32>,
+    /// Whether every caller's Pod is identified (see [`CallerCheck`]).
+    pub callers: CallerCheck,
+    /// Where the callers' `/proc/<pid>/cgroup` are read (`/proc`).
+    pub proc_root: PathBuf,
+    /// See [`REQUEST_DEADLINE`].
+    pub request_deadline: Duration,
+}
+
+impl Default for Access {
+    fn default() -> Access {
+        Access {
+            allowed_uids: Vec::new(),
+            callers: CallerCheck::Strict,
+            proc_root: "/proc".into(),
+            request_deadline: REQUEST_DEADLINE,
+        }
+    }
+}
+
+/// The Pod a Pod socket belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodIdentity {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl PodIdentity {
+    /// The hub key (`namespace/pod`).
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// What a connection may act on.
+#[derive(Debug, Clone)]
+pub enum Serves {
+    /// The node socket: any member on the node, by name.
+    Node,
+    /// One Pod's socket.
+    Pod(PodIdentity),
+}
+
+impl Serves {
+    fn scope(&self) -> Scope {
+        match self {
+            Serves::Node => Scope::Node,
+            Serves::Pod(p) => Scope::Pod { uid: p.uid.clone() },
+        }
+    }
+
+    fn cap(&self) -> usize {
+        match self {
+            Serves::Node => MAX_CONNECTIONS,
+            Serves::Pod(_) => MAX_POD_CONNECTIONS,
+        }
+    }
+
+    /// The slot a request acts on: on a Pod's socket the request must name that Pod.
+    fn slot(&self, hub: &Hub, req: &Request) -> std::result::Result<Arc<Slot>, String> {
+        let (pod, ns) = req.target();
+        match self {
+            Serves::Node => hub.find(pod, ns),
+            Serves::Pod(own) => {
+                if pod != own.name || ns.is_some_and(|n| n != own.namespace) {
+                    return Err(format!(
+                        "ForeignPod: this socket belongs to Pod {}, the request names {}{pod}",
+                        own.key(),
+                        ns.map(|n| format!("{n}/")).unwrap_or_default()
+                    ));
+                }
+                hub.get(&own.key())
+                    .ok_or_else(|| format!("no member {} on this node", own.key()))
+            }
+        }
+    }
 }
 
 /// Binds the socket at `path` (replacing a stale one) with mode 0660.
@@ -40,18 +128,46 @@ pub fn bind(path: &Path) -> Result<UnixListener> {
     Ok(l)
 }
 
-/// Serves until `shutdown` resolves.
+/// Who is on the other end of `stream`, and whether they may use this socket.
+fn check_caller(
+    stream: &UnixStream,
+    access: &Access,
+    serves: &Serves,
+) -> std::result::Result<(), Refusal> {
+    let cred = stream.peer_cred().ok();
+    let found = match access.callers {
+        // Not read at all when it is not used.
+        CallerCheck::Unchecked => caller::CallerPod::Node,
+        CallerCheck::Strict => caller::identify(cred.and_then(|c| c.pid()), &access.proc_root),
+    };
+    caller::authorize(
+        &serves.scope(),
+        cred.map(|c| c.uid()),
+        &access.allowed_uids,
+        &found,
+        access.callers,
+    )
+}
+
+/// Serves the socket of `serves` until `shutdown` resolves; then every open connection
+/// (watches included) ends too.
 pub async fn serve(
     listener: UnixListener,
     hub: Hub,
     access: Access,
+    serves: Serves,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let permits = Arc::new(Semaphore::new(serves.cap()));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let access = Arc::new(access);
     tokio::pin!(shutdown);
     loop {
         let stream = tokio::select! {
-            _ = &mut shutdown => return,
+            _ = &mut shutdown => {
+                let _ = stop_tx.send(true);
+                return;
+            }
             r = listener.accept() => match r {
                 Ok((s, _)) => s,
                 Err(e) => {
@@ -62,22 +178,32 @@ pub async fn serve(
             },
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::warn!("local API: too many connections, refusing one");
+            tracing::warn!(serves = ?serves, "local API: too many connections on this socket, refusing one");
+            let mut s = stream;
+            let _ = write_line(
+                &mut s,
+                &Response::error("TooManyConnections: try again later"),
+            )
+            .await;
             continue;
         };
-        let cred = stream.peer_cred().ok();
-        if !access.allowed_uids.is_empty()
-            && !cred.is_some_and(|c| access.allowed_uids.contains(&c.uid()))
-        {
-            tracing::warn!(uid = ?cred.map(|c| c.uid()), "local API: caller uid not allowed");
+        if let Err(refusal) = check_caller(&stream, &access, &serves) {
+            let pid = stream.peer_cred().ok().and_then(|c| c.pid());
+            tracing::warn!(serves = ?serves, ?pid, category = refusal.category(), %refusal, "local API: caller refused");
             let mut s = stream;
-            let _ = write_line(&mut s, &Response::error("caller uid not allowed")).await;
+            let _ = write_line(&mut s, &Response::error(refusal.to_string())).await;
             continue;
         }
-        let hub = hub.clone();
+        let (hub, serves, access) = (hub.clone(), serves.clone(), access.clone());
+        let mut stop = stop_rx.clone();
         tokio::spawn(async move {
-            if let Err(e) = connection(stream, hub).await {
-                tracing::debug!(error = %e, pid = ?cred.and_then(|c| c.pid()), "local API connection ended");
+            tokio::select! {
+                r = connection(stream, hub, &serves, access.request_deadline) => {
+                    if let Err(e) = r {
+                        tracing::debug!(error = %e, "local API connection ended");
+                    }
+                }
+                _ = stop.wait_for(|s| *s) => {}
             }
             drop(permit);
         });
@@ -93,16 +219,27 @@ async fn write_line<T: serde::Serialize>(
     w.write_all(s.as_bytes()).await
 }
 
-async fn connection(stream: UnixStream, hub: Hub) -> std::io::Result<()> {
+async fn connection(
+    stream: UnixStream,
+    hub: Hub,
+    serves: &Serves,
+    deadline: Duration,
+) -> std::io::Result<()> {
     let (r, mut w) = stream.into_split();
     let mut reader = BufReader::new(r);
     let mut line = String::new();
     loop {
         line.clear();
-        let n = (&mut reader)
-            .take(MAX_LINE as u64 + 1)
-            .read_line(&mut line)
-            .await?;
+        let mut limited = (&mut reader).take(MAX_LINE as u64 + 1);
+        let Ok(n) = tokio::time::timeout(deadline, limited.read_line(&mut line)).await else {
+            let _ = write_line(
+                &mut w,
+                &Response::error(format!("RequestDeadline: no request within {deadline:?}")),
+            )
+            .await;
+            return Ok(());
+        };
+        let n = n?;
         if n == 0 {
             return Ok(());
         }
@@ -117,8 +254,7 @@ async fn connection(stream: UnixStream, hub: Hub) -> std::io::Result<()> {
                 continue;
             }
         };
-        let (pod, ns) = req.target();
-        let slot = match hub.find(pod, ns) {
+        let slot = match serves.slot(&hub, &req) {
             Ok(s) => s,
             Err(e) => {
                 write_line(&mut w, &Response::error(e)).await?;
@@ -217,6 +353,14 @@ mod tests {
     use hcomm_crds::local_api::Assignment;
     use tokio::io::AsyncBufReadExt;
 
+    /// No Pod check: these tests are about the protocol (the checks have their own below).
+    fn open_access() -> Access {
+        Access {
+            callers: CallerCheck::Unchecked,
+            ..Access::default()
+        }
+    }
+
     fn socket_path(tag: &str) -> std::path::PathBuf {
         std::env::temp_dir().join(format!("hcomm-api-{}-{tag}.sock", std::process::id()))
     }
@@ -258,7 +402,7 @@ mod tests {
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o660);
         let (_stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(serve(l, hub.clone(), Access::default(), async {
+        tokio::spawn(serve(l, hub.clone(), open_access(), Serves::Node, async {
             let _ = stop_rx.await;
         }));
 
@@ -307,7 +451,7 @@ mod tests {
         let slot = hub.slot("ns/w-2");
         let l = bind(&path).unwrap();
         let (_stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(serve(l, hub.clone(), Access::default(), async {
+        tokio::spawn(serve(l, hub.clone(), open_access(), Serves::Node, async {
             let _ = stop_rx.await;
         }));
         let (mut r, mut w) = client(&path).await;
@@ -343,7 +487,8 @@ mod tests {
         tokio::spawn(serve(
             l,
             hub.clone(),
-            Access::default(),
+            open_access(),
+            Serves::Node,
             std::future::pending(),
         ));
         let (mut r, mut w) = client(&path).await;
@@ -368,8 +513,15 @@ mod tests {
         let l = bind(&path).unwrap();
         let access = Access {
             allowed_uids: vec![4_000_000],
+            ..open_access()
         };
-        tokio::spawn(serve(l, Hub::default(), access, std::future::pending()));
+        tokio::spawn(serve(
+            l,
+            Hub::default(),
+            access,
+            Serves::Node,
+            std::future::pending(),
+        ));
         let (mut r, _w) = client(&path).await;
         let mut line = String::new();
         r.read_line(&mut line).await.unwrap();

@@ -283,17 +283,44 @@ impl Drop for EngineDomain {
     }
 }
 
-/// The member's slot in the local API hub.
+/// The member's slot in the local API hub, and its Pod's own socket (open while the
+/// member task runs; removed with its directory when the Pod is gone).
 pub struct HubWorker {
     ctx: Arc<Context>,
     key: String,
+    socket: Option<crate::local_api::pods::Ticket>,
 }
 
 impl HubWorker {
     pub fn new(ctx: Arc<Context>, spec: &MemberSpec) -> HubWorker {
+        let id = crate::local_api::server::PodIdentity {
+            namespace: spec.namespace.clone(),
+            name: spec.pod.clone(),
+            uid: spec.uid.clone(),
+        };
+        let socket = match ctx.pod_sockets.open(id) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                // The worker then cannot reach the agent, and the member's wait for it
+                // fails with its own reason; the cause is here.
+                tracing::error!(error = %e, category = e.category(), "cannot open the Pod's local-API socket");
+                None
+            }
+        };
         HubWorker {
             ctx,
             key: spec.key(),
+            socket,
+        }
+    }
+}
+
+impl Drop for HubWorker {
+    fn drop(&mut self) {
+        // The agent is stopping (or the task was aborted): the Pod lives on, so its
+        // directory stays for the next agent; only the socket goes.
+        if let Some(t) = self.socket.take() {
+            self.ctx.pod_sockets.close(&t, false);
         }
     }
 }
@@ -320,6 +347,9 @@ impl Worker for HubWorker {
     }
 
     fn forget(&self) {
+        if let Some(t) = &self.socket {
+            self.ctx.pod_sockets.close(t, true);
+        }
         self.ctx.hub.remove(&self.key);
     }
 }

@@ -20,8 +20,12 @@ pub const EPOCH: &str = "HCOMM_EPOCH";
 pub const BACKEND: &str = "HCOMM_BACKEND";
 /// Where the member's verified weights are (set in the template by users who mount them).
 pub const WEIGHTS_PATH: &str = "HCOMM_WEIGHTS_PATH";
-/// The agent's local-API Unix socket, as the worker finds it.
+/// The agent's local-API Unix socket, as the worker finds it (the operator sets it to
+/// [`crate::local_api::MOUNT_SOCKET`], the Pod's own socket; see `docs/security.md`).
 pub const AGENT_SOCKET: &str = "HCOMM_AGENT_SOCKET";
+/// The Pod's UID (downward API `metadata.uid`): the `subPathExpr` that mounts the Pod's
+/// own local-API directory, and nothing else, into its containers.
+pub const POD_UID: &str = "HCOMM_POD_UID";
 /// The member's first rank (`index × devicesPerMember`): process `j` of the member has
 /// rank `HCOMM_FIRST_RANK + j`.
 pub const FIRST_RANK: &str = "HCOMM_FIRST_RANK";
@@ -58,6 +62,7 @@ pub const ALL: &[&str] = &[
     BACKEND,
     WEIGHTS_PATH,
     AGENT_SOCKET,
+    POD_UID,
     FIRST_RANK,
     RANK_ID,
     DEVICE_ID,

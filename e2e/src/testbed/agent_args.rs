@@ -73,6 +73,12 @@ impl AgentArgs {
         flag("management-interface", self.management_interface.clone());
         flag("cpu-devices", self.cpu_devices.to_string());
         flag("socket", self.socket.display().to_string());
+        // The Pods' own sockets beside the node socket, as on a node (`/run/hcomm/pods`
+        // next to `/run/hcomm/agent.sock`): the hostPath the operator mounts resolves there.
+        flag(
+            "pod-sockets-dir",
+            self.socket.with_file_name("pods").display().to_string(),
+        );
         flag("metrics-addr", self.metrics_addr.to_string());
         flag("weights-dir", self.weights_dir.display().to_string());
         flag("weights-port", self.weights_port.to_string());

@@ -10,6 +10,10 @@
 //! Ascend device plugin does: devices allocated and the plugin's annotations written
 //! before any container starts, `ASCEND_VISIBLE_DEVICES` in the containers' env, the
 //! devices freed when the Pod goes (see [`super::device_plugin`]).
+//!
+//! Each Pod's processes run in the Pod's own cgroup (`kubepods/pod<uid>`, see
+//! [`super::cgroups`]) when the machine allows it, as a kubelet's do: that is what the
+//! agent's local-API caller check reads.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
@@ -60,6 +64,12 @@ pub struct KubeletConfig {
     pub device_plugin: Option<DevicePlugin>,
 }
 
+/// Whether Pods' processes get their own cgroups on this machine (else why not): the
+/// testbed's agents identify local-API callers only then.
+pub fn pod_cgroups_available() -> Result<(), String> {
+    super::cgroups::available()
+}
+
 /// One process the kubelet started, as tests see it.
 #[derive(Debug, Clone)]
 pub struct ProcessInfo {
@@ -87,7 +97,15 @@ impl Kubelet {
     pub fn start(client: kube::Client, hosts: Arc<SimHosts>, config: KubeletConfig) -> Kubelet {
         let (shutdown, rx) = watch::channel(false);
         let view = Arc::new(Mutex::new(BTreeMap::new()));
+        let cgroups = match super::cgroups::PodCgroups::create() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(error = %e, "kubelet: Pods' processes run without Pod cgroups");
+                None
+            }
+        };
         let state = State {
+            cgroups,
             client: client.clone(),
             annotated: std::collections::HashSet::new(),
             hosts,
@@ -128,6 +146,7 @@ impl Drop for Kubelet {
 
 struct Running {
     key: String,
+    uid: String,
     host: usize,
     ip: Ipv4Addr,
     grace: Duration,
@@ -143,6 +162,8 @@ struct Proc {
 }
 
 struct State {
+    /// Each Pod's cgroup, when this machine allows them.
+    cgroups: Option<super::cgroups::PodCgroups>,
     client: kube::Client,
     /// Pod UIDs whose device annotations are written.
     annotated: std::collections::HashSet<String>,
@@ -242,6 +263,7 @@ impl State {
             .min(MAX_GRACE);
         let mut running = Running {
             key: key.clone(),
+            uid: uid.clone(),
             host: node.host,
             ip,
             grace,
@@ -259,7 +281,7 @@ impl State {
                 restarts: 0,
                 log,
             };
-            self.spawn(node.host, &key, &mut p);
+            self.spawn(node.host, &key, &uid, &mut p);
             running.procs.push(p);
         }
         tracing::info!(pod = %key, %ip, host = node.host, "kubelet: started");
@@ -349,13 +371,29 @@ impl State {
         }
     }
 
-    fn spawn(&self, host: usize, key: &str, p: &mut Proc) {
+    fn spawn(&self, host: usize, key: &str, uid: &str, p: &mut Proc) {
         let Ok(h) = self.hosts.host(host) else {
             return;
         };
-        let std_cmd = h.command(&p.launch.program.display().to_string());
+        let in_cgroup = self
+            .cgroups
+            .as_ref()
+            .map(|c| c.wrap(uid, &p.launch.program, &p.launch.args));
+        let (program, args) = match in_cgroup {
+            Some(Ok(line)) => ("sh".to_owned(), line),
+            Some(Err(e)) => {
+                tracing::warn!(pod = %key, error = %e, "kubelet: no Pod cgroup, not starting");
+                p.exited_at = Some(Instant::now());
+                return;
+            }
+            None => (
+                p.launch.program.display().to_string(),
+                p.launch.args.clone(),
+            ),
+        };
+        let std_cmd = h.command(&program);
         let mut cmd = Command::from(std_cmd);
-        cmd.args(&p.launch.args)
+        cmd.args(&args)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .envs(p.launch.env.iter().map(|(k, v)| (k, v)))
@@ -411,10 +449,10 @@ impl State {
             let Some(mut r) = self.pods.remove(&uid) else {
                 continue;
             };
-            let (host, key) = (r.host, r.key.clone());
+            let (host, key, pod_uid) = (r.host, r.key.clone(), r.uid.clone());
             let p = &mut r.procs[i];
             p.restarts += 1;
-            self.spawn(host, &key, p);
+            self.spawn(host, &key, &pod_uid, p);
             self.pods.insert(uid, r);
         }
         self.publish();
@@ -440,6 +478,9 @@ impl State {
                 tracing::warn!(pod = %r.key, container = %p.launch.container, "kubelet: grace period over, killing");
                 let _ = child.kill().await;
             }
+        }
+        if let Some(c) = &self.cgroups {
+            c.remove(uid);
         }
         if let Err(e) = self.hosts.remove_pod_address(r.host, r.ip) {
             tracing::warn!(pod = %r.key, error = %e, "kubelet: cannot remove the pod address");

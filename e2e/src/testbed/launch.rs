@@ -1,8 +1,11 @@
 //! What the process kubelet runs for a Pod (pure): the container's program mapped to a
 //! workspace binary, its arguments, and its environment with the downward API resolved,
 //! and paths under `hostPath` mounts rewritten to the simulated host's root folder — so a
-//! worker that would open `/run/hcomm/agent.sock` in its container opens its own host's
-//! agent socket here.
+//! worker that would open `/run/hcomm/agent.sock` in its container opens its own Pod's
+//! agent socket on its own host here (`subPath` and `subPathExpr` are honoured, with
+//! `$(VAR)` from the container's environment as a kubelet expands it). A read-only mount
+//! cannot be enforced on a process without its own mount namespace; the agent's caller
+//! check, which the process kubelet makes real with per-Pod cgroups, still applies.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -46,7 +49,14 @@ pub fn plan(
             skipped.push(c.name.clone());
             continue;
         };
-        let rewrite = |v: &str| rewrite_path(v, &mounts_of(c, &mounts), host_root);
+        let plain_env: BTreeMap<String, String> = c
+            .env
+            .iter()
+            .flatten()
+            .filter_map(|e| Some((e.name.clone(), env_value(pod, e)?)))
+            .collect();
+        let container_mounts = mounts_of(c, &mounts, &plain_env);
+        let rewrite = |v: &str| rewrite_path(v, &container_mounts, host_root);
         let mut args: Vec<String> = c
             .command
             .iter()
@@ -81,17 +91,53 @@ fn host_mounts(pod: &Pod) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// `(mount path in the container, host path)` for the container's hostPath mounts,
-/// longest mount path first so nested mounts win.
-fn mounts_of(c: &Container, host: &BTreeMap<String, String>) -> Vec<(String, String)> {
+/// `(mount path in the container, host path)` for the container's hostPath mounts, with
+/// `subPath`/`subPathExpr` appended, longest mount path first so nested mounts win. A
+/// `subPathExpr` naming a variable the container lacks, or leaving the volume (`..`, an
+/// absolute path), is not mounted at all, as a kubelet refuses to start such a container.
+fn mounts_of(
+    c: &Container,
+    host: &BTreeMap<String, String>,
+    env: &BTreeMap<String, String>,
+) -> Vec<(String, String)> {
     let mut m: Vec<(String, String)> = c
         .volume_mounts
         .iter()
         .flatten()
-        .filter_map(|vm| Some((vm.mount_path.clone(), host.get(&vm.name)?.clone())))
+        .filter_map(|vm| {
+            let base = host.get(&vm.name)?.clone();
+            let sub = match (&vm.sub_path_expr, &vm.sub_path) {
+                (Some(expr), _) => expand(expr, env)?,
+                (None, Some(sub)) => sub.clone(),
+                (None, None) => String::new(),
+            };
+            if sub.starts_with('/') || sub.split('/').any(|p| p == "..") {
+                return None;
+            }
+            let path = if sub.is_empty() {
+                base
+            } else {
+                format!("{}/{sub}", base.trim_end_matches('/'))
+            };
+            Some((vm.mount_path.clone(), path))
+        })
         .collect();
     m.sort_by_key(|(path, _)| std::cmp::Reverse(path.len()));
     m
+}
+
+/// `$(VAR)` in a `subPathExpr` replaced by the variable's value; None when one is unset.
+fn expand(expr: &str, env: &BTreeMap<String, String>) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = expr;
+    while let Some(start) = rest.find("$(") {
+        out.push_str(&rest[..start]);
+        let end = rest[start..].find(')')? + start;
+        out.push_str(env.get(&rest[start + 2..end])?);
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    Some(out)
 }
 
 /// `value` with a leading container mount path replaced by the host path under
@@ -199,6 +245,47 @@ mod tests {
             hcomm_crds::rank_table::RANK_TABLE_FILE
         );
         assert_eq!(env["OTHER"], "/run/hcommx");
+    }
+
+    #[test]
+    fn a_sub_path_expr_mount_resolves_to_the_pods_own_directory() {
+        let mut p = pod();
+        let spec = p.spec.as_mut().unwrap();
+        spec.volumes.as_mut().unwrap()[0]
+            .host_path
+            .as_mut()
+            .unwrap()
+            .path = "/run/hcomm/pods".into();
+        let c = &mut spec.containers[0];
+        c.volume_mounts.as_mut().unwrap()[0].sub_path_expr = Some("$(UID)".into());
+        c.env.as_mut().unwrap().push(
+            serde_json::from_value(serde_json::json!(
+                {"name": "UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}))
+            .unwrap(),
+        );
+        let programs = BTreeMap::from([("hcomm-worker".to_owned(), PathBuf::from("/bin/w"))]);
+        let (launches, _) = plan(&p, Path::new("/tmp/tb/host-1"), &programs);
+        let env: BTreeMap<_, _> = launches[0].env.iter().cloned().collect();
+        assert_eq!(
+            env[hcomm_crds::contract::env::AGENT_SOCKET],
+            "/tmp/tb/host-1/run/hcomm/pods/u-1/agent.sock"
+        );
+        // An unset variable or a path out of the volume mounts nothing.
+        for expr in ["$(NOPE)", "../$(UID)"] {
+            let mut q = p.clone();
+            q.spec.as_mut().unwrap().containers[0]
+                .volume_mounts
+                .as_mut()
+                .unwrap()[0]
+                .sub_path_expr = Some(expr.into());
+            let (launches, _) = plan(&q, Path::new("/tmp/tb/host-1"), &programs);
+            let env: BTreeMap<_, _> = launches[0].env.iter().cloned().collect();
+            assert_eq!(
+                env[hcomm_crds::contract::env::AGENT_SOCKET],
+                "/run/hcomm/agent.sock",
+                "{expr}"
+            );
+        }
     }
 
     #[test]

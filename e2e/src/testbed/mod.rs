@@ -14,6 +14,7 @@
 
 pub mod agent_args;
 pub mod binaries;
+pub mod cgroups;
 pub mod cluster;
 pub mod device_plugin;
 mod error;
@@ -444,6 +445,15 @@ impl Testbed {
             weights_gc_grace: Some(self.options.weights_gc_grace),
             // The tests' declared weight sources all lie below `<bed>/models`.
             weights_source_roots: vec![self.dir.join("models")],
+            // Workers are identified by their Pod cgroups when the process kubelet can make
+            // them; otherwise they would all look like node processes, so say so instead.
+            extra: match kubelet::pod_cgroups_available() {
+                Ok(()) => Vec::new(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no Pod cgroups: agents run with --local-api-callers=unchecked");
+                    vec!["--local-api-callers".into(), "unchecked".into()]
+                }
+            },
             ..AgentArgs::for_host(h, &socket, &weights, &self.secret_file)
         };
         cmd.args(args.to_args())

@@ -36,13 +36,19 @@ fn write_weights(dir: &Path, seed: u8) {
     std::fs::write(dir.join("shards/model-0.bin"), big).unwrap();
 }
 
-/// Starts the agent's socket server on `sock` with `hub`.
+/// Starts the agent's node socket server on `sock` with `hub`. Callers are not identified
+/// (the worker here runs in no Pod; the Pod sockets and their caller check have their own
+/// tests in the agent).
 fn start_agent(sock: &Path, hub: &Hub) {
     let listener = server::bind(sock).unwrap();
     tokio::spawn(server::serve(
         listener,
         hub.clone(),
-        server::Access::default(),
+        server::Access {
+            callers: hcomm_agent::local_api::caller::CallerCheck::Unchecked,
+            ..server::Access::default()
+        },
+        server::Serves::Node,
         std::future::pending(),
     ));
 }

@@ -1,0 +1,291 @@
+//! Pod sockets with the caller check on: the test process plays each Pod by writing its
+//! own `/proc/<pid>/cgroup` into a fake proc root before it connects (the check reads the
+//! file once per connection, at accept).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+
+use super::*;
+use crate::local_api::caller::CallerCheck;
+use crate::local_api::server::{MAX_POD_CONNECTIONS, REQUEST_DEADLINE};
+use hcomm_crds::local_api::{Assignment, Notice};
+
+const A: &str = "0b9f4c1e-2d3a-4b5c-8d7e-9f0a1b2c3d4e";
+const B: &str = "11111111-2222-4333-8444-555555555555";
+
+struct Bed {
+    root: PathBuf,
+    proc_root: PathBuf,
+    hub: Hub,
+    sockets: PodSockets,
+}
+
+impl Bed {
+    fn new(tag: &str, deadline: Duration) -> Bed {
+        let root = std::env::temp_dir().join(format!("hcomm-pods-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let proc_root = root.join("proc");
+        std::fs::create_dir_all(proc_root.join(std::process::id().to_string())).unwrap();
+        let hub = Hub::default();
+        let access = Access {
+            callers: CallerCheck::Strict,
+            proc_root: proc_root.clone(),
+            request_deadline: deadline,
+            ..Access::default()
+        };
+        let sockets = PodSockets::new(root.join("pods"), hub.clone(), access);
+        Bed {
+            root,
+            proc_root,
+            hub,
+            sockets,
+        }
+    }
+
+    /// The next connection of this process comes from the Pod with `uid` (None: from no Pod).
+    fn act_as(&self, uid: Option<&str>) {
+        let line = match uid {
+            Some(u) => format!("0::/kubepods/besteffort/pod{u}/c0ffee\n"),
+            None => "0::/user.slice/session-1.scope\n".to_owned(),
+        };
+        let file = self
+            .proc_root
+            .join(std::process::id().to_string())
+            .join("cgroup");
+        std::fs::write(file, line).unwrap();
+    }
+
+    fn open(&self, name: &str, uid: &str) -> Ticket {
+        let t = self
+            .sockets
+            .open(PodIdentity {
+                namespace: "ns".into(),
+                name: name.into(),
+                uid: uid.into(),
+            })
+            .unwrap();
+        self.hub
+            .slot(&format!("ns/{name}"))
+            .assignment
+            .send_replace(Some(Assignment {
+                group: "g".into(),
+                rank: if name == "a" { 0 } else { 1 },
+                world: 2,
+                ..Default::default()
+            }));
+        t
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+async fn ask(sock: &Path, line: &str) -> serde_json::Value {
+    let s = UnixStream::connect(sock).await.unwrap();
+    let (r, mut w) = s.into_split();
+    let mut r = BufReader::new(r);
+    // A refused caller is answered before it writes anything; the write may then fail.
+    let _ = w.write_all(format!("{line}\n").as_bytes()).await;
+    let mut answer = String::new();
+    r.read_line(&mut answer).await.unwrap();
+    serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{answer:?}: {e}"))
+}
+
+#[tokio::test]
+async fn each_pod_reaches_its_own_member_through_its_own_socket() {
+    let bed = Bed::new("own", REQUEST_DEADLINE);
+    bed.open("a", A);
+    bed.open("b", B);
+    let a_sock = bed.sockets.socket_of(A);
+    assert_eq!(a_sock, bed.root.join("pods").join(A).join("agent.sock"));
+    let mode = std::fs::metadata(&a_sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o666);
+    bed.act_as(Some(A));
+    let r = ask(&a_sock, r#"{"op":"assignment","pod":"a"}"#).await;
+    assert_eq!(r["assignment"]["rank"], 0, "{r}");
+    bed.act_as(Some(B));
+    let r = ask(
+        &bed.sockets.socket_of(B),
+        r#"{"op":"assignment","pod":"b","namespace":"ns"}"#,
+    )
+    .await;
+    assert_eq!(r["assignment"]["rank"], 1, "{r}");
+}
+
+#[tokio::test]
+async fn another_pods_process_is_refused_and_the_owner_keeps_being_served() {
+    let bed = Bed::new("other", REQUEST_DEADLINE);
+    bed.open("a", A);
+    let a_sock = bed.sockets.socket_of(A);
+    // The owner holds a watch open across the attack.
+    bed.act_as(Some(A));
+    let s = UnixStream::connect(&a_sock).await.unwrap();
+    let (r, mut w) = s.into_split();
+    let mut watch = BufReader::new(r);
+    w.write_all(b"{\"op\":\"watch\",\"pod\":\"a\"}\n")
+        .await
+        .unwrap();
+    let mut line = String::new();
+    watch.read_line(&mut line).await.unwrap();
+    assert!(line.contains("true"), "{line}");
+
+    bed.act_as(Some(B));
+    for op in ["serving", "report_inflight\",\"n\":0,\"x\":\"", "watch"] {
+        let r = ask(&a_sock, &format!(r#"{{"op":"{op}","pod":"a"}}"#)).await;
+        assert_eq!(r["ok"], false);
+        assert!(
+            r["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("CallerIsAnotherPod"),
+            "{r}"
+        );
+    }
+    let slot = bed.hub.get("ns/a").unwrap();
+    assert!(
+        !*slot.serving.borrow(),
+        "the stranger's serving did not land"
+    );
+    bed.act_as(None);
+    let r = ask(&a_sock, r#"{"op":"serving","pod":"a"}"#).await;
+    assert!(
+        r["error"].as_str().unwrap().starts_with("CallerNotInPod"),
+        "{r}"
+    );
+
+    bed.act_as(Some(A));
+    let r = ask(&a_sock, r#"{"op":"serving","pod":"a"}"#).await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert!(*slot.serving.borrow());
+    bed.hub.notify("ns/a", Notice::EpochChanged { epoch: 9 });
+    line.clear();
+    watch.read_line(&mut line).await.unwrap();
+    assert!(
+        line.contains("epoch_changed"),
+        "the owner's watch survived: {line}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_naming_another_pod_on_a_pods_own_socket_is_refused() {
+    let bed = Bed::new("names", REQUEST_DEADLINE);
+    bed.open("a", A);
+    bed.open("b", B);
+    bed.act_as(Some(A));
+    let a_sock = bed.sockets.socket_of(A);
+    for line in [
+        r#"{"op":"serving","pod":"b"}"#,
+        r#"{"op":"assignment","pod":"b","namespace":"ns"}"#,
+        r#"{"op":"serving","pod":"a","namespace":"other"}"#,
+    ] {
+        let r = ask(&a_sock, line).await;
+        assert!(
+            r["error"].as_str().unwrap().starts_with("ForeignPod"),
+            "{line}: {r}"
+        );
+    }
+    assert!(!*bed.hub.get("ns/b").unwrap().serving.borrow());
+}
+
+#[tokio::test]
+async fn a_silent_caller_is_cut_off_at_the_request_deadline() {
+    let bed = Bed::new("silent", Duration::from_millis(200));
+    bed.open("a", A);
+    bed.act_as(Some(A));
+    let s = UnixStream::connect(bed.sockets.socket_of(A)).await.unwrap();
+    let (r, mut w) = s.into_split();
+    let mut r = BufReader::new(r);
+    w.write_all(b"{\"op\":\"assig").await.unwrap();
+    let mut line = String::new();
+    tokio::time::timeout(Duration::from_secs(5), r.read_line(&mut line))
+        .await
+        .expect("the agent ends a silent connection")
+        .unwrap();
+    assert!(line.contains("RequestDeadline"), "{line}");
+    line.clear();
+    let n = r.read_line(&mut line).await.unwrap();
+    assert_eq!(n, 0, "closed after the deadline");
+}
+
+#[tokio::test]
+async fn one_pod_filling_its_socket_does_not_touch_another_pods() {
+    let bed = Bed::new("cap", REQUEST_DEADLINE);
+    bed.open("a", A);
+    bed.open("b", B);
+    bed.act_as(Some(A));
+    let mut held = Vec::new();
+    for _ in 0..MAX_POD_CONNECTIONS {
+        held.push(UnixStream::connect(bed.sockets.socket_of(A)).await.unwrap());
+    }
+    // Accepts are served in order: a request on a held connection proves all are accepted.
+    let (r, mut w) = held.pop().unwrap().into_split();
+    w.write_all(b"{\"op\":\"weights_ready\",\"pod\":\"a\"}\n")
+        .await
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(r).read_line(&mut line).await.unwrap();
+    held.push(UnixStream::connect(bed.sockets.socket_of(A)).await.unwrap());
+    let r = ask(&bed.sockets.socket_of(A), r#"{"op":"serving","pod":"a"}"#).await;
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("TooManyConnections"),
+        "{r}"
+    );
+    bed.act_as(Some(B));
+    let r = ask(&bed.sockets.socket_of(B), r#"{"op":"serving","pod":"b"}"#).await;
+    assert_eq!(r["ok"], true, "{r}");
+}
+
+#[tokio::test]
+async fn closing_a_pod_removes_its_socket_and_directory_and_ends_its_watches() {
+    let bed = Bed::new("close", REQUEST_DEADLINE);
+    let first = bed.open("a", A);
+    // A re-open (a restarted member task) replaces the socket; the old ticket is void.
+    let second = bed.open("a", A);
+    bed.sockets.close(&first, true);
+    assert!(bed.sockets.socket_of(A).exists());
+    bed.act_as(Some(A));
+    let s = UnixStream::connect(bed.sockets.socket_of(A)).await.unwrap();
+    let (r, mut w) = s.into_split();
+    let mut r = BufReader::new(r);
+    w.write_all(b"{\"op\":\"watch\",\"pod\":\"a\"}\n")
+        .await
+        .unwrap();
+    let mut line = String::new();
+    r.read_line(&mut line).await.unwrap();
+    bed.sockets.close(&second, true);
+    assert!(!bed.sockets.socket_of(A).exists());
+    assert!(!bed.root.join("pods").join(A).exists());
+    line.clear();
+    let n = tokio::time::timeout(Duration::from_secs(5), r.read_line(&mut line))
+        .await
+        .expect("the watch ends with its socket")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "{line}");
+    assert!(bed.sockets.keys().is_empty());
+}
+
+#[test]
+fn a_uid_that_is_not_a_kubernetes_uid_gets_no_socket() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let bed = rt.block_on(async { Bed::new("baduid", REQUEST_DEADLINE) });
+    let _guard = rt.enter();
+    let e = bed.sockets.open(PodIdentity {
+        namespace: "ns".into(),
+        name: "a".into(),
+        uid: "../../etc".into(),
+    });
+    assert!(e.unwrap_err().to_string().contains("not a Kubernetes UID"));
+    assert!(!bed.root.join("etc").exists());
+}
