@@ -19,6 +19,7 @@ pub mod cli;
 pub mod config;
 pub mod diagnose;
 pub mod error;
+pub mod group_secrets;
 pub mod health;
 pub mod inventory;
 pub mod local_api;

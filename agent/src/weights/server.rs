@@ -3,8 +3,10 @@
 //!
 //! Like mini-redis, it takes its listener and a shutdown future; at most
 //! `max_connections` connections are served at once (further ones wait in the listen
-//! backlog); every connection first passes the group-secret handshake (`auth`), then
-//! answers pipelined requests in order (`protocol`), loading the next chunk while the
+//! backlog); every connection first passes the group-secret handshake (`auth`: the client
+//! proves its group's secret, the [`Authority`] says which sets that group may fetch),
+//! then answers pipelined requests about those sets only (`authorize`) in order
+//! (`protocol`), loading the next chunk while the
 //! current one is written. Each chunk is re-read from the store
 //! on disk and, unless disabled, re-hashed before it is sent: a chunk that no longer
 //! matches (disk corruption) is withdrawn and answered `Missing` instead of spreading.
@@ -23,7 +25,8 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::timeout;
 
-use super::auth::{self, GroupSecret};
+use super::auth::{self, Authority, GroupSecret, SharedSecret};
+use super::authorize::Allowed;
 use super::bitset::ChunkBits;
 use super::digest::Digest;
 use super::error::{Result, WeightsError};
@@ -33,7 +36,8 @@ use super::store::{ChunkLocation, WeightStore, read_chunk};
 /// How a [`ChunkServer`] behaves.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    pub secret: GroupSecret,
+    /// Who may connect and what each group may fetch.
+    pub authority: Arc<dyn Authority>,
     /// Connections served at once.
     pub max_connections: usize,
     /// Deadline for a client to complete the handshake.
@@ -47,10 +51,16 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
-    /// Defaults: 64 connections, 5 s handshake, 120 s idle, 60 s per response, verify.
+    /// One secret for every group and set ([`SharedSecret`]: tests, benchmarks); see
+    /// [`ServerConfig::with_authority`].
     pub fn new(secret: GroupSecret) -> ServerConfig {
+        Self::with_authority(Arc::new(SharedSecret(secret)))
+    }
+
+    /// Defaults: 64 connections, 5 s handshake, 120 s idle, 60 s per response, verify.
+    pub fn with_authority(authority: Arc<dyn Authority>) -> ServerConfig {
         ServerConfig {
-            secret,
+            authority,
             max_connections: 64,
             handshake_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(120),
@@ -143,9 +153,9 @@ async fn connection(
     stats: &Arc<ServerStats>,
 ) -> Result<()> {
     let _ = stream.set_nodelay(true);
-    timeout(
+    let grant = timeout(
         config.handshake_timeout,
-        auth::accept(&mut stream, &config.secret, peer),
+        auth::accept(&mut stream, config.authority.as_ref(), peer),
     )
     .await
     .map_err(|_| WeightsError::Timeout {
@@ -158,7 +168,7 @@ async fn connection(
     // The writer failing ends the reader too (it may be waiting for a request that never
     // comes); the reader ending lets the writer answer what is queued, then stop.
     tokio::try_join!(
-        read_requests(rd, store, config, stats, tx),
+        read_requests(rd, store, config, stats, Allowed::new(grant), tx),
         write_replies(wr, peer, config, stats, rx),
     )?;
     Ok(())
@@ -187,6 +197,7 @@ async fn read_requests(
     store: &WeightStore,
     config: &ServerConfig,
     stats: &Arc<ServerStats>,
+    mut allowed: Allowed,
     tx: mpsc::Sender<Reply>,
 ) -> Result<()> {
     loop {
@@ -199,6 +210,14 @@ async fn read_requests(
         // The writer is gone: its error ends the connection.
         let Ok(slot) = tx.reserve().await else {
             return Ok(());
+        };
+        let req = match req {
+            Ok(Request::GetManifest(set) | Request::Have(set))
+                if allowed.refuse_set(&set).is_some() =>
+            {
+                Err(allowed.refuse_set(&set).unwrap_or_default())
+            }
+            r => r,
         };
         let req = match req {
             Ok(r) => r,
@@ -225,6 +244,9 @@ async fn read_requests(
                 }
                 .encode(),
             ),
+            Request::GetChunk(chunk) if !allowed.chunk(store, &chunk) => {
+                Reply::Ready(Response::Missing(chunk).encode())
+            }
             Request::GetChunk(chunk) => {
                 let (store, stats) = (store.clone(), stats.clone());
                 let verify = config.verify_on_read;
@@ -370,7 +392,7 @@ mod tests {
     async fn pipelined_requests_are_answered_in_order_and_garbage_ends_the_connection() {
         let (addr, m, tmp) = serving().await;
         let mut s = TcpStream::connect(addr).await.unwrap();
-        auth::connect(&mut s, &GroupSecret::new("k"), addr)
+        auth::connect(&mut s, &GroupSecret::new("k"), &Default::default(), addr)
             .await
             .unwrap();
         let chunks = ChunkTable::new(&m).chunks;
