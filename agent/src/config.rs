@@ -47,13 +47,15 @@ pub struct AgentConfig {
     pub probe_port: u16,
     /// A member's control endpoint listens on `comm_port_base + <its first device id>`.
     pub comm_port_base: u16,
-    /// Shared by all agents (`--probe-secret-file`); authenticates link probes and
-    /// weight-sync connections.
+    /// Shared by all agents (`--probe-secret-file`); authenticates link probes. (Weight
+    /// sync and the comm domain use the group's own secret, `crate::group_secrets`.)
     pub probe_secret: Arc<Vec<u8>>,
-    /// Per-group secrets: `<dir>/<namespace>_<group>`; without one the secret is derived
-    /// from the group's UID (authenticates against strangers, not against readers of the
-    /// API).
+    /// Per-group secrets as files, `<dir>/<namespace>_<group>` (development); else the
+    /// group's Secret in `secrets_namespace` (see `crate::group_secrets`).
     pub group_secret_dir: Option<PathBuf>,
+    /// Where the operator keeps the groups' Secrets: the release namespace
+    /// (`--secrets-namespace`, else `POD_NAMESPACE`).
+    pub secrets_namespace: Option<String>,
     pub poll_interval: Duration,
     pub health_interval: Duration,
     pub inventory_interval: Duration,
@@ -124,6 +126,7 @@ impl AgentConfig {
             comm_port_base: 29600,
             probe_secret: Arc::new(INSECURE_DEFAULT_SECRET.to_vec()),
             group_secret_dir: None,
+            secrets_namespace: None,
             poll_interval: Duration::from_secs(2),
             health_interval: Duration::from_secs(10),
             inventory_interval: Duration::from_secs(60),
@@ -161,6 +164,8 @@ pub struct Context {
     pub groups_here: tokio::sync::watch::Sender<Option<BTreeSet<(String, String)>>>,
     /// Wakes a group's member tasks when its HcommGroup changes.
     pub nudges: crate::member::nudge::GroupNudges,
+    /// The groups' secrets (comm domain and weight sync).
+    pub group_secrets: Arc<crate::group_secrets::GroupSecrets>,
 }
 
 impl Context {
@@ -178,7 +183,14 @@ impl Context {
             hub.clone(),
             cfg.local_api_access(),
         );
+        let group_secrets = Arc::new(crate::group_secrets::GroupSecrets::new(
+            client.clone(),
+            cfg.secrets_namespace.clone(),
+            cfg.group_secret_dir.clone(),
+            cfg.probe_secret.as_slice() == INSECURE_DEFAULT_SECRET,
+        ));
         Context {
+            group_secrets,
             cfg,
             client,
             metrics: Metrics::new(),

@@ -20,6 +20,7 @@ pub mod config;
 pub mod diagnose;
 pub mod error;
 pub mod guarded;
+pub mod group_secrets;
 pub mod health;
 pub mod inventory;
 pub mod local_api;

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::inventory;
 use crate::local_api::caller::CallerCheck;
 use crate::local_api::server::{self as api_server, Serves};
+use crate::member::weights_authority::KubeAuthority;
 use crate::member::weights_sync::EngineSyncer;
 use crate::weights::{ChunkServer, CurrentLink, GroupSecret, ServerConfig, WeightStore, gc};
 
@@ -62,8 +63,6 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         .await
         .map_err(Error::kube("connect to the API server"))?;
     // One weight store per node: what the chunk server serves is what the syncer installs.
-    // Weights connections between agents authenticate with the agents' shared secret
-    // (`--probe-secret-file`).
     let store = WeightStore::open(&cfg.weights_root).map_err(|e| {
         Error::Config(format!(
             "open the weight store {} (--weights-dir): {e}",
@@ -73,14 +72,33 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     if cfg.probe_secret.as_slice() == crate::config::INSECURE_DEFAULT_SECRET {
         tracing::warn!(
             "running with the built-in, public shared secret (--insecure-default-secret): \
-             any host can answer link probes and fetch weights; for development and tests only"
+             any host can answer link probes, and a group without a Secret falls back to one derived from its UID; for development and tests only"
         );
     }
-    let weights_secret = GroupSecret::new(cfg.probe_secret.as_slice().to_vec());
-    let mut syncer = EngineSyncer::new(store.clone(), cfg.weights_port, weights_secret.clone());
+    // Weights connections authenticate with each group's own secret, and serve a group
+    // only its own set (`member::weights_authority`).
+    let group_secrets = Arc::new(crate::group_secrets::GroupSecrets::new(
+        client.clone(),
+        cfg.secrets_namespace.clone(),
+        cfg.group_secret_dir.clone(),
+        cfg.probe_secret.as_slice() == crate::config::INSECURE_DEFAULT_SECRET,
+    ));
+    if cfg.secrets_namespace.is_none() && cfg.group_secret_dir.is_none() {
+        tracing::warn!(
+            "no --secrets-namespace (POD_NAMESPACE): group secrets cannot be read; members will be refused with GroupSecretMissing"
+        );
+    }
+    let mut syncer = EngineSyncer::new(
+        store.clone(),
+        cfg.weights_port,
+        GroupSecret::new(Vec::new()),
+    );
+    syncer.secrets = group_secrets.clone();
     syncer.source_roots = cfg.weights_source_roots.clone();
     tracing::info!(roots = ?syncer.source_roots.roots(), "local weight sources allowed below (none: peers only)");
-    let ctx = Arc::new(Context::new(cfg, client, Arc::new(syncer)));
+    let mut ctx = Context::new(cfg, client, Arc::new(syncer));
+    ctx.group_secrets = group_secrets.clone();
+    let ctx = Arc::new(ctx);
     // The first inventory must exist before members are verified against it.
     let mut first = refresh_inventory(&ctx).await;
     for _ in 0..5 {
@@ -139,7 +157,10 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         ServerConfig {
             verify_on_read: ctx.cfg.weights_verify_on_serve,
             admission: Some(ctx.metrics.listeners.weights.clone()),
-            ..ServerConfig::new(weights_secret)
+            ..ServerConfig::with_authority(Arc::new(KubeAuthority::new(
+                ctx.client.clone(),
+                group_secrets,
+            )))
         },
         stopped(),
     ));

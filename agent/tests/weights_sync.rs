@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use hcomm_agent::weights::{
-    ChunkTable, Manifest, Progress, ServerConfig, SyncEvent, WeightsError, fetch,
+    ChunkTable, Manifest, Progress, ServerConfig, SharedSecret, SyncEvent, WeightsError, fetch,
     protocol::{MAX_REQUEST_FRAME, Response, read_frame},
 };
 use tokio::net::TcpListener;
@@ -282,7 +282,7 @@ async fn lying_source(bytes: Vec<u8>) -> std::net::SocketAddr {
             let bytes = bytes.clone();
             tokio::spawn(async move {
                 use tokio::io::AsyncWriteExt;
-                hcomm_agent::weights::auth::accept(&mut s, &secret(), peer)
+                hcomm_agent::weights::auth::accept(&mut s, &SharedSecret(secret()), peer)
                     .await
                     .unwrap();
                 while let Ok((_, p)) = read_frame(&mut s, MAX_REQUEST_FRAME).await {

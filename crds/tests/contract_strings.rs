@@ -20,7 +20,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use hcomm_crds::contract::{
-    GroupConditionType, GroupReason, PodConditionType, PodReason, ascend, env,
+    GroupConditionType, GroupReason, PodConditionType, PodReason, ascend, env, secrets,
 };
 use hcomm_crds::{GroupPhase, MemberPhase, rank_table};
 
@@ -47,6 +47,7 @@ fn forbidden() -> BTreeSet<&'static str> {
         ascend::POD_RESOURCES_SOCKET,
         ascend::LABEL_CHIP_NAME,
         ascend::LABEL_TOPOTREE_SUPER_POD,
+        secrets::SECRET_NAME_PREFIX,
     ]);
     for word in PHASE_WORDS {
         names.remove(word);

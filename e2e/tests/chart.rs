@@ -229,6 +229,49 @@ fn rbac_has_no_wildcards() -> Result<()> {
     Ok(())
 }
 
+/// Issue 17: no ClusterRole grants anything on Secrets; the Roles that do are in the
+/// release namespace.
+#[test]
+fn secrets_are_granted_only_by_roles_in_the_release_namespace() -> Result<()> {
+    for mode in ["ascend", "cpu"] {
+        let docs = render(&["--set", &format!("agent.mode={mode}")])?;
+        let mut roles_with_secrets = Vec::new();
+        for doc in docs
+            .iter()
+            .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
+        {
+            let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+            let grants_secrets = doc["rules"]
+                .as_sequence()
+                .context("rules")?
+                .iter()
+                .filter_map(|r| r["resources"].as_sequence())
+                .flatten()
+                .any(|r| r.as_str() == Some("secrets"));
+            if !grants_secrets {
+                continue;
+            }
+            assert_eq!(
+                doc["kind"], "Role",
+                "{mode}: ClusterRole {name} grants Secrets cluster-wide"
+            );
+            assert_eq!(
+                doc["metadata"]["namespace"].as_str(),
+                Some(NAMESPACE),
+                "{mode}: Role {name} grants Secrets outside the release namespace"
+            );
+            roles_with_secrets.push(name.to_owned());
+        }
+        roles_with_secrets.sort();
+        assert_eq!(
+            roles_with_secrets,
+            ["hcomm-agent-group-secrets", "hcomm-operator-group-secrets"],
+            "{mode}"
+        );
+    }
+    Ok(())
+}
+
 #[test]
 fn the_chart_crds_are_the_generated_ones() -> Result<()> {
     let chart_crds = Path::new(CHART).join("crds");
@@ -375,6 +418,12 @@ async fn helm_installs_into_a_real_control_plane_with_minimal_rbac() -> Result<(
         ),
         ("hcomm-agent", "create", "hcommnodes.hcomm.io", "default"),
         ("hcomm-agent", "get", "configmaps", "default"),
+        // Issue 17: the groups' Secrets, in the release namespace only.
+        ("hcomm-operator", "create", "secrets", NAMESPACE),
+        ("hcomm-operator", "get", "secrets", NAMESPACE),
+        ("hcomm-operator", "list", "secrets", NAMESPACE),
+        ("hcomm-operator", "delete", "secrets", NAMESPACE),
+        ("hcomm-agent", "get", "secrets", NAMESPACE),
     ];
     // ... and what they do not need is refused.
     let refused = [
@@ -411,6 +460,18 @@ async fn helm_installs_into_a_real_control_plane_with_minimal_rbac() -> Result<(
             "default",
         ),
         ("hcomm-agent", "list", "secrets", "default"),
+        // Issue 17: no Secret outside the release namespace, and the agent only gets one
+        // by name there.
+        ("hcomm-agent", "get", "secrets", "default"),
+        ("hcomm-agent", "get", "secrets", "kube-system"),
+        ("hcomm-agent", "list", "secrets", NAMESPACE),
+        ("hcomm-agent", "watch", "secrets", NAMESPACE),
+        ("hcomm-agent", "create", "secrets", NAMESPACE),
+        ("hcomm-operator", "get", "secrets", "default"),
+        ("hcomm-operator", "list", "secrets", "default"),
+        ("hcomm-operator", "create", "secrets", "default"),
+        ("hcomm-operator", "get", "secrets", "kube-system"),
+        ("hcomm-operator", "patch", "secrets", NAMESPACE),
         ("hcomm-agent", "delete", "hcommnodes.hcomm.io", "default"),
         (
             "hcomm-agent",

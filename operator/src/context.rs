@@ -24,6 +24,9 @@ pub struct Context {
     pub recorder: Recorder,
     /// Only this namespace is watched (and its member Pods counted), when set.
     pub namespace: Option<String>,
+    /// The operator's own (release) namespace: where the groups' Secrets live
+    /// (`crate::group_secret`).
+    pub secrets_namespace: String,
     /// When a link test is too old to count, and when a link is slow.
     pub links: LinkPolicy,
     /// Held from reading the cluster to creating joiner Pods. Placement counts the devices
@@ -55,6 +58,7 @@ impl Context {
             client,
             metrics,
             namespace,
+            secrets_namespace: "default".to_owned(),
             links: LinkPolicy::default(),
             placement: std::sync::Arc::new(tokio::sync::Mutex::new(())),
             backoff: std::sync::Arc::default(),

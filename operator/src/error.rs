@@ -49,6 +49,9 @@ pub enum Error {
         /// namespace/name of the Lease.
         lease: String,
     },
+    /// The group's Secret could not be made (see `crate::group_secret`).
+    #[error("group secret: {0}")]
+    Secret(String),
     /// The metrics/health server failed.
     #[error("metrics server on {addr}: {source}")]
     Server {
@@ -78,6 +81,7 @@ impl Error {
             Self::MissingField { .. } => "MissingField",
             Self::LeaseLost { .. } => "LeaseLost",
             Self::Server { .. } => "Server",
+            Self::Secret(_) => "GroupSecret",
         }
     }
 

@@ -17,6 +17,7 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod events;
+pub mod group_secret;
 pub mod isolation;
 pub mod leader;
 pub mod links;
@@ -95,6 +96,23 @@ async fn lead(
     metrics.leader.set(1);
     let mut ctx = Context::new(client, metrics, config.namespace.clone(), &config.identity);
     ctx.links = config.links;
+    // The release namespace: the Lease's, as the chart sets it.
+    ctx.secrets_namespace = config.lease_namespace.clone();
+    match group_secret::sweep(
+        &ctx.client,
+        &ctx.secrets_namespace,
+        ctx.namespace.as_deref(),
+    )
+    .await
+    {
+        Ok(n) => info!(
+            deleted = n,
+            "swept the Secrets of groups that no longer exist"
+        ),
+        Err(error) => {
+            warn!(%error, "sweeping group Secrets failed; retried at the next leadership")
+        }
+    }
     let ctx = Arc::new(ctx);
     tokio::select! {
         () = controller(ctx) => Ok(()),

@@ -58,6 +58,17 @@ pub async fn fetch(ctx: &Context, group: &HcommGroup) -> Result<Observed> {
         .list(&ListParams::default().labels(LABEL_GROUP))
         .await
         .map_err(Error::kube("list member Pods of every group"))?;
+    let groups: Api<HcommGroup> = match &ctx.namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    let groups = existing_groups(
+        &groups
+            .list_metadata(&ListParams::default())
+            .await
+            .map_err(Error::kube("list HcommGroups"))?
+            .items,
+    );
     let nodes: Api<HcommNode> = Api::all(ctx.client.clone());
     let nodes = nodes
         .list(&ListParams::default())
@@ -87,7 +98,7 @@ pub async fn fetch(ctx: &Context, group: &HcommGroup) -> Result<Observed> {
         .collect();
     Ok(Observed {
         members,
-        used_npus: used_npus(&every.items, resource),
+        used_npus: used_npus(&every.items, resource, &groups),
         nodes: nodes
             .items
             .iter()
@@ -106,17 +117,36 @@ fn owned_by(pod: &Pod, uid: Option<&str>) -> bool {
         .any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
-/// Whether `pod` is a member Pod this operator made: labelled as managed by it, with a
-/// group label, and controlled by an `HcommGroup` (issue 17: nobody else's Pod, labelled
-/// or not, steers the operator's accounting).
-pub fn operator_owned(pod: &Pod) -> bool {
+/// The groups that exist, as (namespace, name, UID).
+pub type Groups = std::collections::BTreeSet<(String, String, String)>;
+
+/// The existing groups' identities (pure).
+pub fn existing_groups(metas: &[kube::core::PartialObjectMeta<HcommGroup>]) -> Groups {
+    metas
+        .iter()
+        .filter_map(|g| {
+            let m = &g.metadata;
+            Some((m.namespace.clone()?, m.name.clone()?, m.uid.clone()?))
+        })
+        .collect()
+}
+
+/// Whether `pod` is a member Pod this operator made: labelled as managed by it, and
+/// controlled by an `HcommGroup` that exists in the Pod's namespace — the UID of its
+/// controller reference is that group's, and its group label names it (issue 17, point 6:
+/// anyone can write labels, annotations and owner references on their own Pods; a
+/// stranger's Pod with forged `hcomm.io/*` labels and a made-up HcommGroup owner steers
+/// nothing).
+pub fn operator_owned(pod: &Pod, groups: &Groups) -> bool {
     let labels = pod.labels();
+    let ns = pod.namespace().unwrap_or_default();
     labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGER_NAME)
-        && labels.contains_key(LABEL_GROUP)
         && pod.owner_references().iter().any(|o| {
             o.controller == Some(true)
                 && o.kind == HcommGroup::kind(&())
                 && o.api_version == HcommGroup::api_version(&())
+                && labels.get(LABEL_GROUP) == Some(&o.name)
+                && groups.contains(&(ns.clone(), o.name.clone(), o.uid.clone()))
         })
 }
 
@@ -124,9 +154,9 @@ pub fn operator_owned(pod: &Pod) -> bool {
 /// finished (Succeeded/Failed Pods release theirs). A Pod counts on its node once bound,
 /// and before that on the node its required affinity names (where the operator planned
 /// it), so a plan never hands out NPUs a Pod waiting for the scheduler was planned on.
-pub fn used_npus(pods: &[Pod], resource: &str) -> BTreeMap<String, u32> {
+pub fn used_npus(pods: &[Pod], resource: &str, groups: &Groups) -> BTreeMap<String, u32> {
     let mut used: BTreeMap<String, u32> = BTreeMap::new();
-    for pod in pods.iter().filter(|p| operator_owned(p)) {
+    for pod in pods.iter().filter(|p| operator_owned(p, groups)) {
         let finished = matches!(
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded" | "Failed")
@@ -326,3 +356,7 @@ mod tests {
         assert_eq!(recorded(None, &fresh), Recorded::default());
     }
 }
+
+#[cfg(test)]
+#[path = "observe_scope_tests.rs"]
+mod scope_tests;

@@ -19,7 +19,7 @@ use crate::links::{self, LinkReport};
 use crate::observe::{self, Observed};
 use crate::phase::ObservedMember;
 use crate::planner::{self, Desired, Plan, PlanInput};
-use crate::{allocation, isolation};
+use crate::{allocation, group_secret, isolation};
 use crate::{events, status};
 
 pub use hcomm_crds::contract::FINALIZER;
@@ -58,6 +58,10 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
     let deleting = group.meta().deletion_timestamp.is_some();
     if !deleting && !group.finalizers().iter().any(|f| f == FINALIZER) {
         add_finalizer(ctx, group).await?;
+    }
+    // Before any member exists: members authenticate with it (`crate::group_secret`).
+    if !deleting {
+        group_secret::ensure(&ctx.client, &ctx.secrets_namespace, group).await?;
     }
     let placement = ctx.placement.lock().await;
     let observed = observe::fetch(ctx, group).await?;
@@ -99,6 +103,10 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
     .await?;
     if deleting {
         if plan.finished {
+            // The members are gone: nobody needs the group's secret any more.
+            if let Some(uid) = group.meta().uid.as_deref() {
+                group_secret::delete(&ctx.client, &ctx.secrets_namespace, uid).await?;
+            }
             remove_finalizer(ctx, group).await?;
             ctx.metrics
                 .forget_group(&group.namespace().unwrap_or_default(), &group.name_any());

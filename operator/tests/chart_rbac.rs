@@ -1,6 +1,7 @@
 //! The chart's RBAC is sufficient for the operator: installed with the real `helm`, the
 //! operator runs *as* the chart's ServiceAccount (impersonation) through a scale-out and a
-//! drain, and the API server never refuses it. The refused verbs are checked in
+//! drain, and the API server never refuses it; it makes each group's Secret in the release
+//! namespace and deletes it with the group (issue 17). The refused verbs are checked in
 //! `e2e/tests/chart.rs` (`kubectl auth can-i`).
 
 mod support;
@@ -86,6 +87,57 @@ fn the_operator_scales_out_and_drains_with_only_the_charts_rbac() {
         .with_context(|| operator.log_tail())?;
         ensure!(cluster.members("decode").await?.len() == 2);
 
+        // Issue 17: each group has its own random Secret in the release namespace, made by
+        // the operator as its ServiceAccount; deleting the group deletes it, and the group
+        // re-created under the same name gets a different one.
+        let decode_secret = group_secret(&cluster, "decode")
+            .await
+            .with_context(|| operator.log_tail())?;
+        cluster
+            .apply_group(group_manifest("spare", 0, 1, 60))
+            .await?;
+        let first = group_secret(&cluster, "spare")
+            .await
+            .with_context(|| operator.log_tail())?;
+        ensure!(first.1 != decode_secret.1, "two groups share a secret");
+        cluster
+            .groups()
+            .delete("spare", &Default::default())
+            .await?;
+        let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+            kube::Api::namespaced(cluster.client.clone(), RELEASE_NAMESPACE);
+        wait_until("the deleted group's Secret to go", || async {
+            secrets
+                .get_opt(&first.0)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        })
+        .await
+        .with_context(|| operator.log_tail())?;
+        wait_until("the deleted group to go", || async {
+            cluster
+                .groups()
+                .get_opt("spare")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        })
+        .await?;
+        cluster
+            .apply_group(group_manifest("spare", 0, 1, 60))
+            .await?;
+        let second = group_secret(&cluster, "spare")
+            .await
+            .with_context(|| operator.log_tail())?;
+        ensure!(
+            second.0 != first.0,
+            "the re-created group kept its Secret's name"
+        );
+        ensure!(second.1 != first.1, "the re-created group kept its secret");
+
         // The Lease was taken in the release namespace, and nothing was refused. A refusal
         // is HTTP 403 with reason Forbidden; a bare "403" would also match timestamps
         // (00:14:48.744032Z failed a CI run that way).
@@ -105,4 +157,45 @@ fn the_operator_scales_out_and_drains_with_only_the_charts_rbac() {
         ensure!(lease.status.success(), "no Lease in {RELEASE_NAMESPACE}");
         Ok(())
     });
+}
+
+/// The name and bytes of the Secret the operator made for group `name` (in the release
+/// namespace, named after the group's UID, labelled with the group), once it exists.
+async fn group_secret(cluster: &Cluster, name: &str) -> anyhow::Result<(String, Vec<u8>)> {
+    use hcomm_crds::contract::secrets;
+    let uid = cluster
+        .groups()
+        .get(name)
+        .await?
+        .metadata
+        .uid
+        .context("group without a UID")?;
+    let api: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(cluster.client.clone(), RELEASE_NAMESPACE);
+    let secret_name = secrets::secret_name(&uid);
+    let secret = wait_until(&format!("the Secret of group {name}"), || async {
+        api.get_opt(&secret_name).await.ok()?
+    })
+    .await?;
+    let labels = secret.metadata.labels.clone().unwrap_or_default();
+    ensure!(
+        labels.get(secrets::LABEL_SECRET_GROUP_UID) == Some(&uid)
+            && labels
+                .get(secrets::LABEL_SECRET_GROUP_NAME)
+                .map(String::as_str)
+                == Some(name),
+        "Secret {secret_name} is not labelled with its group: {labels:?}"
+    );
+    let bytes = secret
+        .data
+        .unwrap_or_default()
+        .remove(secrets::SECRET_KEY)
+        .context("no secret key")?
+        .0;
+    ensure!(
+        bytes.len() == secrets::SECRET_LEN,
+        "the secret has {} bytes",
+        bytes.len()
+    );
+    Ok((secret_name, bytes))
 }

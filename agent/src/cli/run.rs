@@ -90,9 +90,13 @@ pub struct RunArgs {
     /// First port of the collective engine's listeners.
     #[arg(long, value_name = "P", default_value_t = defaults().comm_port_base)]
     pub comm_port_base: u16,
-    /// Folder of the per-group secrets (else the shared secret is used).
+    /// Folder of per-group secret files, `<namespace>_<group>` (development; else the
+    /// group's Secret in --secrets-namespace).
     #[arg(long, value_name = "D")]
     pub group_secret_dir: Option<PathBuf>,
+    /// Namespace of the groups' Secrets (the release namespace; the chart sets it).
+    #[arg(long, env = "POD_NAMESPACE", value_name = "NS")]
+    pub secrets_namespace: Option<String>,
     /// How often member state is polled (minimum 10).
     #[arg(long, value_name = "MS", default_value_t = defaults().poll_interval.as_millis() as u64)]
     pub poll_interval_ms: u64,
@@ -177,6 +181,7 @@ impl RunArgs {
         c.probe_port = self.probe_port;
         c.comm_port_base = self.comm_port_base;
         c.group_secret_dir = self.group_secret_dir;
+        c.secrets_namespace = self.secrets_namespace.filter(|n| !n.is_empty());
         c.poll_interval = Duration::from_millis(self.poll_interval_ms.max(10));
         c.health_interval = secs(self.health_interval_secs, 0.05);
         c.inventory_interval = secs(self.inventory_interval_secs, 0.1);

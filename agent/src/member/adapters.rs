@@ -30,7 +30,10 @@ use super::state::CondUpdate;
 use super::verify::{Verified, verify};
 use crate::config::Context;
 use crate::error::Result;
+use crate::group_secrets::SecretLookup;
 use crate::local_api::{Assignment, Notice};
+use crate::nic::verify::Verdict;
+use crate::weights::GroupId;
 
 /// The API server, for one member Pod.
 pub struct KubeCluster {
@@ -180,6 +183,11 @@ impl Verifier for NicVerifier {
         table: &'a RankTable,
     ) -> BoxFuture<'a, Verified> {
         async move {
+            // Without the group's secret the member can neither join its domain nor fetch
+            // its weights: refuse it here, with the reason that names the cause.
+            if let Some(v) = secret_missing(&self.0, spec).await {
+                return v;
+            }
             let v = verify(&self.0, spec, socket_ifname, connect_timeout, table).await;
             if let Some(p) = &v.plan {
                 self.0.add_peers(&p.peers);
@@ -188,6 +196,28 @@ impl Verifier for NicVerifier {
         }
         .boxed()
     }
+}
+
+/// `Some(refusal)` when the member's group secret cannot be had (`GroupSecretMissing`).
+async fn secret_missing(ctx: &Context, spec: &MemberSpec) -> Option<Verified> {
+    let uid = match fetch_group(&ctx.client, &spec.namespace, &spec.group).await {
+        Ok(g) => g.uid,
+        // Reading the group is the member task's business (it retries); not this check's.
+        Err(_) => return None,
+    };
+    let id = GroupId::new(&spec.namespace, &spec.group, &uid);
+    let e = ctx.group_secrets.secret(&id).await.err()?;
+    Some(Verified {
+        verdict: Verdict {
+            ok: false,
+            reason: PodReason::GroupSecretMissing,
+            message: format!(
+                "the group's secret cannot be read, so this member could not authenticate to its group: {e}"
+            ),
+        },
+        chosen: None,
+        plan: None,
+    })
 }
 
 /// The member's domain on the TCP engine; the domain's all-reduce health loop runs while
@@ -211,15 +241,17 @@ impl EngineDomain {
         }
     }
 
-    /// The group's secret file (`--group-secret-dir`), else one derived from its UID.
-    async fn secret(&self, group_uid: &str) -> Vec<u8> {
-        if let Some(dir) = &self.ctx.cfg.group_secret_dir {
-            let f = dir.join(format!("{}_{}", self.namespace, self.group));
-            if let Ok(s) = tokio::fs::read(&f).await {
-                return s;
-            }
+    /// The group's own secret (`crate::group_secrets`); none is a refused join, never a
+    /// guessable default.
+    async fn secret(&self, group_uid: &str) -> std::result::Result<Vec<u8>, JoinError> {
+        let id = GroupId::new(&self.namespace, &self.group, group_uid);
+        match self.ctx.group_secrets.secret(&id).await {
+            Ok(s) => Ok(s.as_bytes().to_vec()),
+            Err(e) => Err(JoinError {
+                message: format!("{}: {e}", PodReason::GroupSecretMissing),
+                waiting: false,
+            }),
         }
-        format!("hcomm-group-uid:{group_uid}").into_bytes()
     }
 
     fn start_health(&mut self) {
@@ -247,7 +279,7 @@ impl CommDomain for EngineDomain {
     ) -> BoxFuture<'a, std::result::Result<(), JoinError>> {
         async move {
             if self.domain.is_none() {
-                let secret = self.secret(&spec.group_uid).await;
+                let secret = self.secret(&spec.group_uid).await?;
                 self.domain = Some(Domain::new(
                     &self.namespace,
                     &self.group,

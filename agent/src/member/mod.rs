@@ -36,6 +36,7 @@ mod task_kit;
 mod task_tests;
 pub mod verify;
 pub mod weights;
+pub mod weights_authority;
 pub mod weights_sync;
 
 pub use state::{Action, Event, Phase, step};

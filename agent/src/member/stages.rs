@@ -150,6 +150,7 @@ impl Run {
         let req = WeightsRequest {
             namespace: self.spec.namespace.clone(),
             group: self.spec.group.clone(),
+            group_uid: self.group.uid.clone(),
             pod: self.spec.pod.clone(),
             node: self.cfg.node_name.clone(),
             spec: self.group.weights.clone(),

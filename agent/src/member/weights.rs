@@ -16,6 +16,8 @@ use hcomm_crds::contract::PodReason;
 pub struct WeightsRequest {
     pub namespace: String,
     pub group: String,
+    /// The group's UID: names the incarnation whose secret authenticates the fetch.
+    pub group_uid: String,
     pub pod: String,
     pub node: String,
     pub spec: Option<WeightsSpec>,

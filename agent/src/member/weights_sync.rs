@@ -18,8 +18,11 @@
 //! every group with that digest) and the group's own link,
 //! `<store>/groups/<namespace>_<group>/current`, is swapped to it; that link is the
 //! worker's weights path. Another group's link on the same node never moves.
-//! The decisions ([`peer_sources`], [`local_source`], [`after_peers`], [`reason_of`])
-//! are pure; [`EngineSyncer`] does the I/O.
+//! Peers are asked as members of the group (namespace, name, UID) with the group's own
+//! secret (`crate::group_secrets`): their chunk servers serve only the set the group's
+//! spec names (`super::weights_authority`). No secret: `GroupSecretMissing`, nothing
+//! fetched. The decisions ([`peer_sources`], [`local_source`], [`after_peers`],
+//! [`reason_of`]) are pure; [`EngineSyncer`] does the I/O.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -32,9 +35,10 @@ use hcomm_crds::contract::PodReason;
 
 use super::sync_warnings::SyncWarnings;
 use super::weights::{SyncFailure, SyncFuture, WeightsOutcome, WeightsRequest, WeightsSyncer};
+use crate::group_secrets::{FixedSecret, SecretLookup};
 use crate::weights::{
-    CurrentLink, DEFAULT_CHUNK_SIZE, Digest, FetchRequest, GroupSecret, Manifest, Progress,
-    SourceRoots, SyncEvent, Timeouts, WeightStore, WeightsError, fetch,
+    CurrentLink, DEFAULT_CHUNK_SIZE, Digest, FetchRequest, GroupId, GroupSecret, Manifest,
+    Progress, SourceRoots, SyncEvent, Timeouts, WeightStore, WeightsError, fetch,
 };
 
 /// The chunk-server addresses of the peers that may hold the set: each peer's data
@@ -119,7 +123,8 @@ pub fn after_peers(manifest_obtained: bool, err: &WeightsError, source: &str) ->
 pub struct EngineSyncer {
     store: WeightStore,
     port: u16,
-    secret: GroupSecret,
+    /// The group secret each fetch authenticates with (the agent: the groups' Secrets).
+    pub secrets: Arc<dyn SecretLookup>,
     /// Chunk size the digest was computed with (`spec.weights.digest`).
     pub chunk_size: u64,
     pub timeouts: Timeouts,
@@ -131,12 +136,13 @@ pub struct EngineSyncer {
 }
 
 impl EngineSyncer {
-    /// `secret` must be the one every agent's chunk server uses.
+    /// Every group authenticates with `secret` (set [`EngineSyncer::secrets`] for the
+    /// groups' own).
     pub fn new(store: WeightStore, port: u16, secret: GroupSecret) -> EngineSyncer {
         EngineSyncer {
             store,
             port,
-            secret,
+            secrets: Arc::new(FixedSecret(secret)),
             chunk_size: DEFAULT_CHUNK_SIZE,
             timeouts: Timeouts {
                 connect: Duration::from_secs(3),
@@ -262,6 +268,13 @@ impl EngineSyncer {
                 )),
             };
         }
+        let group = GroupId::new(&req.namespace, &req.group, &req.group_uid);
+        let secret = self.secrets.secret(&group).await.map_err(|e| {
+            SyncFailure::new(
+                PodReason::GroupSecretMissing,
+                format!("cannot fetch the weights from peers without the group's secret: {e}"),
+            )
+        })?;
         let manifest_seen = Arc::new(AtomicBool::new(false));
         let warnings: Arc<Mutex<SyncWarnings>> = Arc::default();
         let progress = {
@@ -291,12 +304,8 @@ impl EngineSyncer {
                 _ => {}
             })
         };
-        let mut fr = FetchRequest::new(
-            digest,
-            sources.clone(),
-            self.store.clone(),
-            self.secret.clone(),
-        );
+        let mut fr = FetchRequest::new(digest, sources.clone(), self.store.clone(), secret);
+        fr.group = group;
         fr.timeouts = self.timeouts;
         fr.bind = Some(req.local_ip);
         fr.link = link.clone();

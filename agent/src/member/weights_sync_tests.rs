@@ -106,6 +106,7 @@ fn write_set(dir: &Path) {
 
 fn req(spec: Option<hcomm_crds::WeightsSpec>, peers: Vec<(String, String)>) -> WeightsRequest {
     WeightsRequest {
+        group_uid: "uid-g".into(),
         namespace: "ns".into(),
         group: "g".into(),
         pod: "p".into(),

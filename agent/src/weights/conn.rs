@@ -50,7 +50,7 @@ pub(crate) async fn open(req: &FetchRequest, src: SocketAddr) -> Result<TcpStrea
     let _ = stream.set_nodelay(true);
     timeout(
         req.timeouts.handshake,
-        auth::connect(&mut stream, &req.secret, src),
+        auth::connect(&mut stream, &req.secret, &req.group, src),
     )
     .await
     .map_err(|_| WeightsError::Timeout {

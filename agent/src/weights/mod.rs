@@ -52,6 +52,7 @@
 //! - Chunks already verified in staging survive a restart of the fetch (resume).
 
 pub mod auth;
+mod authorize;
 pub mod bitset;
 mod conn;
 pub mod digest;
@@ -75,7 +76,7 @@ mod worker;
 
 use std::path::Path;
 
-pub use auth::GroupSecret;
+pub use auth::{Authority, Grant, GroupId, GroupSecret, SharedSecret};
 pub use bitset::ChunkBits;
 pub use digest::Digest;
 pub use error::{Result, SourceFailure, Subject, WeightsError};

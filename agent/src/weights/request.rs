@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 use tokio::sync::Notify;
 
-use super::auth::GroupSecret;
+use super::auth::{GroupId, GroupSecret};
 use super::digest::Digest;
 use super::link::CurrentLink;
 use super::progress::Progress;
@@ -51,6 +51,9 @@ pub struct FetchRequest {
     /// Members holding the set AND fellow joiners (they serve what they have verified).
     pub sources: Vec<SocketAddr>,
     pub dest: WeightStore,
+    /// The group this fetch is for, and its secret: sources serve only the sets that
+    /// group's spec names.
+    pub group: GroupId,
     pub secret: GroupSecret,
     pub timeouts: Timeouts,
     /// Requests in flight per source.
@@ -77,6 +80,7 @@ impl FetchRequest {
             manifest_digest,
             sources,
             dest,
+            group: GroupId::default(),
             secret,
             timeouts: Timeouts::default(),
             parallelism: 4,

@@ -4,8 +4,10 @@
 //! Like mini-redis, it takes its listener and a shutdown future. Every connection is
 //! accepted at once and admitted under per-address and total caps (`hcomm_comm::listen`,
 //! [`LIMITS`]) or closed, so a stranger's idle connections take only their address's
-//! slots and never leave real joiners waiting in the backlog; every connection first passes the group-secret handshake (`auth`), then
-//! answers pipelined requests in order (`protocol`), loading the next chunk while the
+//! slots and never leave real joiners waiting in the backlog; every connection first
+//! passes the group-secret handshake (`auth`: the client proves its group's secret, the
+//! [`Authority`] says which sets that group may fetch), then answers pipelined requests
+//! about those sets only (`authorize`) in order (`protocol`), loading the next chunk while the
 //! current one is written. Each chunk is re-read from the store
 //! on disk and, unless disabled, re-hashed before it is sent: a chunk that no longer
 //! matches (disk corruption) is withdrawn and answered `Missing` instead of spreading.
@@ -25,7 +27,8 @@ use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::timeout;
 
-use super::auth::{self, GroupSecret};
+use super::auth::{self, Authority, GroupSecret, SharedSecret};
+use super::authorize::Allowed;
 use super::bitset::ChunkBits;
 use super::digest::Digest;
 use super::error::{Result, WeightsError};
@@ -35,7 +38,8 @@ use super::store::{ChunkLocation, WeightStore, read_chunk};
 /// How a [`ChunkServer`] behaves.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    pub secret: GroupSecret,
+    /// Who may connect and what each group may fetch.
+    pub authority: Arc<dyn Authority>,
     /// Connections served at once.
     pub max_connections: usize,
     /// Connections one peer address may hold at once.
@@ -63,10 +67,16 @@ pub const LIMITS: Limits = Limits {
 };
 
 impl ServerConfig {
-    /// Defaults: [`LIMITS`], 60 s per response, verify.
+    /// One secret for every group and set ([`SharedSecret`]: tests, benchmarks); see
+    /// [`ServerConfig::with_authority`].
     pub fn new(secret: GroupSecret) -> ServerConfig {
+        Self::with_authority(Arc::new(SharedSecret(secret)))
+    }
+
+    /// Defaults: [`LIMITS`], 60 s per response, verify.
+    pub fn with_authority(authority: Arc<dyn Authority>) -> ServerConfig {
         ServerConfig {
-            secret,
+            authority,
             max_connections: LIMITS.total,
             max_per_peer: LIMITS.per_peer,
             admission: None,
@@ -174,9 +184,9 @@ async fn connection(
     stats: &Arc<ServerStats>,
 ) -> Result<()> {
     let _ = stream.set_nodelay(true);
-    timeout(
+    let grant = timeout(
         config.handshake_timeout,
-        auth::accept(&mut stream, &config.secret, peer),
+        auth::accept(&mut stream, config.authority.as_ref(), peer),
     )
     .await
     .map_err(|_| WeightsError::Timeout {
@@ -189,7 +199,7 @@ async fn connection(
     // The writer failing ends the reader too (it may be waiting for a request that never
     // comes); the reader ending lets the writer answer what is queued, then stop.
     tokio::try_join!(
-        read_requests(rd, store, config, stats, tx),
+        read_requests(rd, store, config, stats, Allowed::new(grant), tx),
         write_replies(wr, peer, config, stats, rx),
     )?;
     Ok(())
@@ -218,6 +228,7 @@ async fn read_requests(
     store: &WeightStore,
     config: &ServerConfig,
     stats: &Arc<ServerStats>,
+    mut allowed: Allowed,
     tx: mpsc::Sender<Reply>,
 ) -> Result<()> {
     loop {
@@ -230,6 +241,14 @@ async fn read_requests(
         // The writer is gone: its error ends the connection.
         let Ok(slot) = tx.reserve().await else {
             return Ok(());
+        };
+        let req = match req {
+            Ok(Request::GetManifest(set) | Request::Have(set))
+                if allowed.refuse_set(&set).is_some() =>
+            {
+                Err(allowed.refuse_set(&set).unwrap_or_default())
+            }
+            r => r,
         };
         let req = match req {
             Ok(r) => r,
@@ -256,6 +275,9 @@ async fn read_requests(
                 }
                 .encode(),
             ),
+            Request::GetChunk(chunk) if !allowed.chunk(store, &chunk) => {
+                Reply::Ready(Response::Missing(chunk).encode())
+            }
             Request::GetChunk(chunk) => {
                 let (store, stats) = (store.clone(), stats.clone());
                 let verify = config.verify_on_read;
@@ -401,7 +423,7 @@ mod tests {
     async fn pipelined_requests_are_answered_in_order_and_garbage_ends_the_connection() {
         let (addr, m, tmp) = serving().await;
         let mut s = TcpStream::connect(addr).await.unwrap();
-        auth::connect(&mut s, &GroupSecret::new("k"), addr)
+        auth::connect(&mut s, &GroupSecret::new("k"), &Default::default(), addr)
             .await
             .unwrap();
         let chunks = ChunkTable::new(&m).chunks;

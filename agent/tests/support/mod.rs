@@ -46,6 +46,34 @@ pub fn rank_table(entries: &[(String, String, i32)]) -> String {
     .to_string()
 }
 
+/// The group's random Secret in the release namespace, as the operator makes it (issue 17):
+/// the agents authenticate the group's domain and weight sync with it.
+pub async fn create_group_secret(client: &kube::Client, g: &hcomm_crds::HcommGroup) -> Result<()> {
+    use hcomm_crds::contract::secrets;
+    let uid = g.metadata.uid.clone().context("group without a UID")?;
+    let bytes: [u8; secrets::SECRET_LEN] = rand::random();
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {
+            "name": secrets::secret_name(&uid),
+            "namespace": hcomm_e2e::chart::RELEASE_NAMESPACE,
+            "labels": {
+                (secrets::LABEL_SECRET_GROUP_NAMESPACE): NS,
+                (secrets::LABEL_SECRET_GROUP_NAME): g.metadata.name.clone(),
+                (secrets::LABEL_SECRET_GROUP_UID): uid,
+            }
+        },
+        "data": {(secrets::SECRET_KEY): k8s_openapi::ByteString(bytes.to_vec())}
+    }))?;
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+        client.clone(),
+        hcomm_e2e::chart::RELEASE_NAMESPACE,
+    )
+    .create(&PostParams::default(), &secret)
+    .await
+    .context("create the group's Secret")?;
+    Ok(())
+}
+
 /// Creates a group at epoch 1 with its rank table, status and one Pod per member, as the
 /// operator would.
 pub async fn create_group(
@@ -68,10 +96,11 @@ pub async fn create_group(
             "template": {"spec": {"containers": [{"name": "worker", "image": "worker"}]}}
         }
     }))?;
-    groups
+    let g = groups
         .create(&PostParams::default(), &g)
         .await
         .context("create group")?;
+    create_group_secret(client, &g).await?;
     // Named as the operator names it (`<group>-rank-table`, rewritten in place per epoch):
     // the agent reads it by that name, never through the group's status.
     let cm_name = format!("{name}-rank-table");

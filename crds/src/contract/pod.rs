@@ -91,6 +91,10 @@ string_enum! {
         /// agent's `--weights-source-root`s (none = peers only), or a `..`, a symlink, a
         /// device, FIFO or socket on the way or inside; nothing of it was read.
         WeightsSourceRefused => "WeightsSourceRefused",
+        /// The group's Secret (`hcomm_crds::contract::secrets`) cannot be read: the
+        /// operator has not made it yet, or this agent may not read it. Without it the
+        /// member cannot authenticate to its group's domain or fetch its weights.
+        GroupSecretMissing => "GroupSecretMissing",
         /// The member joined the domain.
         Joined => "Joined",
         /// The member could not join the domain.

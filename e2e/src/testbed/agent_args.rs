@@ -30,6 +30,9 @@ pub struct AgentArgs {
     pub comm_port_base: Option<u16>,
     /// `--weights-gc-grace-secs`; the agent's default when None.
     pub weights_gc_grace: Option<Duration>,
+    /// `--secrets-namespace`: where the groups' Secrets are (the chart's release
+    /// namespace, where the operator makes them).
+    pub secrets_namespace: Option<String>,
     /// `--weights-source-root`, once each: where local weight sources may be read.
     pub weights_source_roots: Vec<PathBuf>,
     /// Appended as given (a test's own flags).
@@ -56,6 +59,7 @@ impl AgentArgs {
             comm_port_base: None,
             weights_gc_grace: None,
             weights_source_roots: Vec::new(),
+            secrets_namespace: Some(crate::chart::RELEASE_NAMESPACE.to_owned()),
             extra: Vec::new(),
         }
     }
@@ -99,6 +103,9 @@ impl AgentArgs {
         if let Some(g) = self.weights_gc_grace {
             flag("weights-gc-grace-secs", g.as_secs_f64().to_string());
         }
+        if let Some(ns) = &self.secrets_namespace {
+            flag("secrets-namespace", ns.clone());
+        }
         for root in &self.weights_source_roots {
             flag("weights-source-root", root.display().to_string());
         }
@@ -130,6 +137,7 @@ mod tests {
             comm_port_base: None,
             weights_gc_grace: None,
             weights_source_roots: Vec::new(),
+            secrets_namespace: Some("hcomm-system".into()),
             extra: vec!["--weights-verify-on-serve".into(), "false".into()],
         }
     }
@@ -150,6 +158,7 @@ mod tests {
         assert_eq!(value(&a, "--probe-secret-file"), Some("/secret"));
         assert_eq!(value(&a, "--health-interval-secs"), Some("0.5"));
         assert_eq!(value(&a, "--shm-min-bytes"), Some("1"));
+        assert_eq!(value(&a, "--secrets-namespace"), Some("hcomm-system"));
         assert_eq!(a[a.len() - 2..], ["--weights-verify-on-serve", "false"]);
         // Flags and values alternate up to the extras.
         let flags = &a[1..a.len() - 2];
