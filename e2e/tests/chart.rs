@@ -250,13 +250,19 @@ fn ascend_mode_mounts_the_driver_tools_and_version_files_read_only_at_their_host
         );
     }
     assert!(!agent.args.iter().any(|a| a.starts_with("--cpu-devices")));
+    let selector = &agent.pod["nodeSelector"];
     assert_eq!(
-        agent.pod["nodeSelector"],
-        serde_yaml::from_str::<Value>("{accelerator: huawei-Ascend910}")?
+        selector.as_mapping().map(|m| m.len()),
+        Some(1),
+        "{selector:?}"
+    );
+    assert_eq!(
+        selector[hcomm_crds::contract::ascend::LABEL_ACCELERATOR],
+        Value::from(hcomm_crds::contract::ascend::ACCELERATOR_ASCEND910)
     );
     assert_eq!(
         agent.pod["tolerations"][0]["key"],
-        Value::from("huawei.com/Ascend910")
+        Value::from(hcomm_crds::contract::ascend::RESOURCE_ASCEND910)
     );
     Ok(())
 }
