@@ -426,6 +426,27 @@ fn bad_values_fail_at_install_time() -> Result<()> {
 }
 
 #[test]
+fn the_operator_may_write_volcano_pod_groups_and_nothing_more_of_them() -> Result<()> {
+    use hcomm_crds::contract::volcano;
+    let docs = render(&[])?;
+    let role = find(&docs, "ClusterRole", "-operator-podgroups")?;
+    let expected: Value = serde_yaml::from_str(&format!(
+        "[{{apiGroups: [{}], resources: [{}], verbs: [get, create, patch]}}]",
+        volcano::API_GROUP,
+        volcano::PLURAL
+    ))?;
+    assert_eq!(role["rules"], expected);
+    let binding = find(&docs, "ClusterRoleBinding", "-operator-podgroups")?;
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert!(
+        binding["subjects"][0]["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with("-operator"))
+    );
+    Ok(())
+}
+
+#[test]
 fn rbac_has_no_wildcards() -> Result<()> {
     for mode in ["ascend", "cpu"] {
         let docs = render(&["--set", &format!("agent.mode={mode}")])?;

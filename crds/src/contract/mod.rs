@@ -12,6 +12,7 @@ pub mod env;
 pub mod group;
 mod names;
 pub mod pod;
+pub mod volcano;
 
 pub use group::{GroupConditionType, GroupReason};
 pub use names::UnknownName;
