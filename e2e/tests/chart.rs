@@ -173,6 +173,226 @@ fn cpu_mode_renders_without_npu_mounts_or_node_selector() -> Result<()> {
     Ok(())
 }
 
+/// The agent's container in a render: its args, mounts (path → readOnly) and the
+/// hostPath type of each mounted volume.
+struct AgentContainer {
+    pod: Value,
+    args: Vec<String>,
+    mounts: Vec<(String, bool, String)>,
+}
+
+fn agent_container(extra: &[&str]) -> Result<AgentContainer> {
+    let docs = render(extra)?;
+    let pod = find(&docs, "DaemonSet", "-agent")?["spec"]["template"]["spec"].clone();
+    let container = &pod["containers"][0];
+    let args = container["args"]
+        .as_sequence()
+        .context("agent args")?
+        .iter()
+        .filter_map(|a| a.as_str().map(str::to_owned))
+        .collect();
+    let volumes = pod["volumes"].as_sequence().context("agent volumes")?;
+    let mut mounts = Vec::new();
+    for m in container["volumeMounts"]
+        .as_sequence()
+        .context("agent mounts")?
+    {
+        let name = m["name"].as_str().context("mount name")?;
+        let volume = volumes
+            .iter()
+            .find(|v| v["name"].as_str() == Some(name))
+            .with_context(|| format!("mount {name} has no volume"))?;
+        mounts.push((
+            m["mountPath"].as_str().context("mountPath")?.to_owned(),
+            m["readOnly"] == Value::Bool(true),
+            volume["hostPath"]["path"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        ));
+    }
+    Ok(AgentContainer { pod, args, mounts })
+}
+
+/// The host paths the agent reads on a real Ascend node (ASCEND.md §3, §7).
+const ASCEND_HOST_FILES: [&str; 7] = [
+    "/usr/local/Ascend/driver",
+    "/usr/local/Ascend/firmware/version.info",
+    "/etc/ascend_install.info",
+    "/usr/local/dcmi",
+    "/etc/hccn.conf",
+    "/usr/local/sbin/npu-smi",
+    "/usr/local/Ascend/ascend-toolkit",
+];
+
+#[test]
+fn ascend_mode_mounts_the_driver_tools_and_version_files_read_only_at_their_host_paths()
+-> Result<()> {
+    let agent = agent_container(&[])?;
+    for path in ASCEND_HOST_FILES {
+        let (_, read_only, host) = agent
+            .mounts
+            .iter()
+            .find(|(p, _, _)| p == path)
+            .with_context(|| format!("{path} not mounted: {:?}", agent.mounts))?;
+        assert!(*read_only, "{path} is mounted writable");
+        assert_eq!(host, path, "{path} mounted from another host path");
+    }
+    // hccn_tool lies under the driver mount; the agent is told where each tool and file is.
+    for flag in [
+        "--hccn-tool=/usr/local/Ascend/driver/tools/hccn_tool",
+        "--hccn-conf=/etc/hccn.conf",
+        "--ascend-root=/usr/local/Ascend",
+    ] {
+        assert!(
+            agent.args.iter().any(|a| a == flag),
+            "{flag} missing: {:?}",
+            agent.args
+        );
+    }
+    assert!(!agent.args.iter().any(|a| a.starts_with("--cpu-devices")));
+    let selector = &agent.pod["nodeSelector"];
+    assert_eq!(
+        selector.as_mapping().map(|m| m.len()),
+        Some(1),
+        "{selector:?}"
+    );
+    assert_eq!(
+        selector[hcomm_crds::contract::ascend::LABEL_ACCELERATOR],
+        Value::from(hcomm_crds::contract::ascend::ACCELERATOR_ASCEND910)
+    );
+    assert_eq!(
+        agent.pod["tolerations"][0]["key"],
+        Value::from(hcomm_crds::contract::ascend::RESOURCE_ASCEND910)
+    );
+    Ok(())
+}
+
+#[test]
+fn the_ascend_node_selector_tolerations_and_paths_are_values() -> Result<()> {
+    let agent = agent_container(&[
+        "--set",
+        "agent.nodeSelector.accelerator=huawei-Ascend310P",
+        "--set",
+        "agent.tolerations[0].key=npu",
+        "--set",
+        "agent.tolerations[0].operator=Exists",
+        "--set",
+        "agent.ascend.hccnConfPath=/opt/hccn.conf",
+        "--set",
+        "agent.ascend.toolkitPath=",
+    ])?;
+    assert_eq!(
+        agent.pod["nodeSelector"]["accelerator"],
+        Value::from("huawei-Ascend310P")
+    );
+    assert_eq!(agent.pod["tolerations"][0]["key"], Value::from("npu"));
+    assert!(agent.args.iter().any(|a| a == "--hccn-conf=/opt/hccn.conf"));
+    assert!(
+        agent
+            .mounts
+            .iter()
+            .any(|(p, ro, h)| p == "/opt/hccn.conf" && *ro && h == "/opt/hccn.conf")
+    );
+    // An empty path mounts nothing (no hostPath type check that would hold the Pod back).
+    assert!(
+        !agent
+            .mounts
+            .iter()
+            .any(|(p, _, _)| p.contains("ascend-toolkit")),
+        "{:?}",
+        agent.mounts
+    );
+    Ok(())
+}
+
+#[test]
+fn the_agent_is_not_privileged_by_default_and_has_only_net_raw() -> Result<()> {
+    for mode in ["ascend", "cpu"] {
+        let agent = agent_container(&["--set", &format!("agent.mode={mode}")])?;
+        let sc = &agent.pod["containers"][0]["securityContext"];
+        assert_eq!(sc["privileged"], Value::Bool(false), "{mode}: {sc:?}");
+        assert_eq!(sc["allowPrivilegeEscalation"], Value::Bool(false), "{mode}");
+        assert_eq!(
+            sc["capabilities"],
+            serde_yaml::from_str::<Value>("{drop: [ALL], add: [NET_RAW]}")?,
+            "{mode}"
+        );
+    }
+    // Extra capabilities are the admin's, added to NET_RAW, never replacing it.
+    let agent = agent_container(&["--set", "agent.extraCapabilities={DAC_READ_SEARCH,NET_RAW}"])?;
+    assert_eq!(
+        agent.pod["containers"][0]["securityContext"]["capabilities"]["add"],
+        serde_yaml::from_str::<Value>("[NET_RAW, DAC_READ_SEARCH]")?
+    );
+    Ok(())
+}
+
+#[test]
+fn privileged_is_an_ascend_opt_in_that_keeps_the_mounts_read_only() -> Result<()> {
+    let agent = agent_container(&["--set", "agent.ascend.privileged=true"])?;
+    let sc = &agent.pod["containers"][0]["securityContext"];
+    assert_eq!(sc["privileged"], Value::Bool(true));
+    // The API server refuses privileged with allowPrivilegeEscalation=false.
+    assert!(sc["allowPrivilegeEscalation"].is_null(), "{sc:?}");
+    for path in ASCEND_HOST_FILES {
+        assert!(
+            agent.mounts.iter().any(|(p, ro, _)| p == path && *ro),
+            "{path} not read-only when privileged"
+        );
+    }
+    // cpu mode has no driver to reach: the value does nothing there.
+    let cpu = agent_container(&[
+        "--set",
+        "agent.mode=cpu",
+        "--set",
+        "agent.ascend.privileged=true",
+    ])?;
+    assert_eq!(
+        cpu.pod["containers"][0]["securityContext"]["privileged"],
+        Value::Bool(false)
+    );
+    assert!(
+        cpu.mounts
+            .iter()
+            .all(|(p, _, _)| !p.starts_with("/usr/local"))
+    );
+    Ok(())
+}
+
+#[test]
+fn bad_ascend_values_fail_at_install_time() -> Result<()> {
+    for (set, words) in [
+        (
+            "agent.ascend.hccnConfPath=etc/hccn.conf",
+            "/agent/ascend/hccnConfPath",
+        ),
+        ("agent.ascend.privileged=yes", "/agent/ascend/privileged"),
+        (
+            "agent.extraCapabilities={CAP_SYS_ADMIN}",
+            "/agent/extraCapabilities",
+        ),
+    ] {
+        let kube_version = assets::kubernetes_version()?;
+        let out = output(helm_cmd(&[
+            "template",
+            "hcomm",
+            CHART,
+            "--kube-version",
+            &kube_version,
+            "--set",
+            set,
+        ])?)?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--set {set} must be refused");
+        assert!(
+            stderr.contains(words),
+            "{set}: the error should name {words}: {stderr}"
+        );
+    }
+    Ok(())
+}
+
 #[test]
 fn bad_values_fail_at_install_time() -> Result<()> {
     for (set, words) in [
@@ -203,6 +423,27 @@ fn bad_values_fail_at_install_time() -> Result<()> {
             "{set}: the error should name {words}: {stderr}"
         );
     }
+    Ok(())
+}
+
+#[test]
+fn the_operator_may_write_volcano_pod_groups_and_nothing_more_of_them() -> Result<()> {
+    use hcomm_crds::contract::volcano;
+    let docs = render(&[])?;
+    let role = find(&docs, "ClusterRole", "-operator-podgroups")?;
+    let expected: Value = serde_yaml::from_str(&format!(
+        "[{{apiGroups: [{}], resources: [{}], verbs: [get, create, patch]}}]",
+        volcano::API_GROUP,
+        volcano::PLURAL
+    ))?;
+    assert_eq!(role["rules"], expected);
+    let binding = find(&docs, "ClusterRoleBinding", "-operator-podgroups")?;
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert!(
+        binding["subjects"][0]["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with("-operator"))
+    );
     Ok(())
 }
 

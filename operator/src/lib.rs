@@ -26,6 +26,7 @@ pub mod observe;
 pub mod phase;
 pub mod planner;
 pub mod pod_builder;
+pub mod podgroup;
 pub mod rank_table;
 pub mod reconcile;
 pub mod status;

@@ -71,6 +71,17 @@ pub fn build(group: &HcommGroup, member: &PlannedMember, epoch: i64, world_size:
     if let Some(w) = &spec_.weights {
         annotations.insert(ANNOTATION_WEIGHTS_DIGEST.into(), w.digest.clone());
     }
+    // Gang scheduling by Volcano: the Pod names the group's PodGroup (crate::podgroup).
+    if spec_
+        .scheduling
+        .as_ref()
+        .is_some_and(|s| s.pod_group.is_some())
+    {
+        annotations.insert(
+            hcomm_crds::contract::volcano::ANNOTATION_GROUP_NAME.into(),
+            hcomm_crds::contract::volcano::pod_group_name(&name),
+        );
+    }
 
     let env = environment(spec_, &name, member.index, epoch, world_size);
 

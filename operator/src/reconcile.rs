@@ -1,4 +1,5 @@
-//! Reconcile: a pipeline — fetch → validate → plan → apply → status — with the cluster
+//! Reconcile: a pipeline — fetch → validate → plan → apply (the Volcano PodGroup first,
+//! when asked: [`podgroup`]) → status — with the cluster
 //! touched only at the ends, a finalizer (`hcomm.io/cleanup`) so deleting a group drains
 //! its members first, and an error policy by kind.
 
@@ -6,6 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hcomm_crds::HcommGroup;
+use hcomm_crds::conditions::{ConditionStatus, set_condition};
+use hcomm_crds::contract::GroupConditionType;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -19,7 +23,7 @@ use crate::links::{self, LinkReport};
 use crate::observe::{self, Observed};
 use crate::phase::ObservedMember;
 use crate::planner::{self, Desired, Plan, PlanInput};
-use crate::{allocation, group_secret, isolation};
+use crate::{allocation, group_secret, isolation, podgroup};
 use crate::{events, status};
 
 pub use hcomm_crds::contract::FINALIZER;
@@ -86,6 +90,8 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
     input.new_members_after = ctx.failure_backoff(group, &members, now);
     let plan = planner::plan(&input);
     tracing::Span::current().record("epoch", plan.epoch);
+    // Before the plan's Pods exist, so Volcano finds their PodGroup when they arrive.
+    let pod_group = podgroup::sync(ctx, group, &plan).await;
     let outcome = apply::apply(ctx, group, &observed, &plan).await?;
     drop(placement);
     let links = links_after(&links, &members, &outcome);
@@ -98,6 +104,7 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
         &outcome,
         &links,
         invalid.as_deref(),
+        &pod_group,
         now,
     )
     .await?;
@@ -204,9 +211,10 @@ async fn update_status(
     outcome: &Outcome,
     links: &LinkReport,
     invalid: Option<&str>,
+    pod_group: &podgroup::PodGroupOutcome,
     now: Timestamp,
 ) -> Result<()> {
-    let next = status::build(status::StatusInput {
+    let mut next = status::build(status::StatusInput {
         group,
         members,
         plan,
@@ -216,6 +224,22 @@ async fn update_status(
         links,
         now,
     });
+    let pod_group_ready = GroupConditionType::PodGroupReady.as_str();
+    match pod_group.condition() {
+        Some((ok, reason, message)) => {
+            set_condition(
+                &mut next.conditions,
+                pod_group_ready,
+                ConditionStatus::from_bool(ok),
+                reason.as_str(),
+                message,
+                group.metadata.generation,
+                Time(now),
+            );
+        }
+        // Not asked (any more): no condition about a PodGroup.
+        None => next.conditions.retain(|c| c.type_ != pod_group_ready),
+    }
     let previous = group.status.clone().unwrap_or_default();
     let namespace = group.namespace().unwrap_or_default();
     let phases: Vec<_> = next.members.iter().map(|m| m.phase).collect();

@@ -28,6 +28,7 @@ use super::ranktable::RankTable;
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
 use super::verify::{Verified, verify};
+use super::versions_check::{NodeVersions, member_nodes, node_versions};
 use crate::config::Context;
 use crate::error::Result;
 use crate::group_secrets::SecretLookup;
@@ -154,6 +155,15 @@ impl Cluster for KubeCluster {
 
     fn event(&self, warning: bool, reason: PodReason, message: String) -> BoxFuture<'_, ()> {
         self.publish(warning, reason, message).boxed()
+    }
+
+    fn group_node_versions(&self) -> BoxFuture<'_, Result<Vec<NodeVersions>>> {
+        async move {
+            let pods = fetch_member_pods(&self.ctx.client, &self.namespace, &self.group).await?;
+            let nodes = member_nodes(&pods, &self.ctx.cfg.node_name);
+            node_versions(&self.ctx.client, nodes).await
+        }
+        .boxed()
     }
 }
 

@@ -24,6 +24,7 @@ use super::ranktable::{RankTable, plan};
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
 use super::verify::{NpuSite, Verified, with_npu_check};
+use super::versions_check::NodeVersions;
 use super::weights::{SyncFailure, SyncFuture, WeightsOutcome, WeightsRequest, WeightsSyncer};
 use crate::ascend::hccn::conf::{self, HccnConf};
 use crate::ascend::hccn::observe::DeviceObservation;
@@ -49,6 +50,8 @@ pub struct ClusterState {
     pub conditions: Vec<CondUpdate>,
     /// Every Event published: (warning, reason, message).
     pub events: Vec<(bool, PodReason, String)>,
+    /// The `HcommNode` versions of the group's nodes (empty: none published).
+    pub node_versions: Vec<NodeVersions>,
 }
 
 #[derive(Clone, Default)]
@@ -115,6 +118,11 @@ impl Cluster for FakeCluster {
     fn event(&self, warning: bool, reason: PodReason, message: String) -> BoxFuture<'_, ()> {
         self.with(|s| s.events.push((warning, reason, message)));
         async {}.boxed()
+    }
+
+    fn group_node_versions(&self) -> BoxFuture<'_, Result<Vec<NodeVersions>>> {
+        let v = self.with(|s| s.node_versions.clone());
+        async move { Ok(v) }.boxed()
     }
 }
 

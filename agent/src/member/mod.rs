@@ -1,7 +1,8 @@
 //! The member lifecycle on this node: the Pod watch ([`driver`]) runs a task per member
 //! ([`task`]) that drives the pure state machine ([`state`]) through the member's ports
 //! ([`ports`]; production [`adapters`], in-memory fakes for tests): verification
-//! ([`verify`], and [`runtime`]: the group backend's libraries load), weight sync (the [`weights::WeightsSyncer`] seam, implemented by
+//! ([`verify`], [`versions_check`]: an `hccl` group's nodes run one driver and CANN, and
+//! [`runtime`]: the group backend's libraries load), weight sync (the [`weights::WeightsSyncer`] seam, implemented by
 //! [`weights_sync::EngineSyncer`]), joining the domain ([`domain`], from the rank table:
 //! [`ranktable`], [`group`]) and drain ([`stages`]), writing Pod conditions
 //! ([`conditions`]) and sync Warning Events ([`sync_warnings`]); a group watch wakes the
@@ -35,6 +36,9 @@ mod task_kit;
 #[cfg(test)]
 mod task_tests;
 pub mod verify;
+pub mod versions_check;
+#[cfg(test)]
+mod versions_task_tests;
 pub mod weights;
 pub mod weights_authority;
 pub mod weights_sync;

@@ -3,7 +3,7 @@
 //! in-memory fakes (`super::fakes`) with tokio's paused clock.
 //!
 //! - [`Cluster`] — Kubernetes: the group's spec, the rank-table ConfigMap, the member's
-//!   Pod conditions and Events, and the peers' own conditions.
+//!   Pod conditions and Events, the peers' own conditions and their nodes' versions.
 //! - [`Verifier`] — checking the member against the rank table (data NIC, link probes,
 //!   devices, versions, shm) and that the group backend's runtime loads.
 //! - [`super::weights::WeightsSyncer`] — bringing the weights in place (already a seam).
@@ -32,6 +32,7 @@ use super::ranktable::{ControlPlan, RankTable};
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
 use super::verify::Verified;
+use super::versions_check::NodeVersions;
 use crate::error::Result;
 use crate::local_api::{Assignment, Notice};
 
@@ -48,6 +49,9 @@ pub trait Cluster: Send + Sync {
     fn write_conditions(&self, updates: Vec<CondUpdate>) -> BoxFuture<'_, ()>;
     /// Publishes a Kubernetes Event about the member's Pod.
     fn event(&self, warning: bool, reason: PodReason, message: String) -> BoxFuture<'_, ()>;
+    /// The software versions of every node the group's members run on (this one
+    /// included), from their `HcommNode`s (see [`super::versions_check`]).
+    fn group_node_versions(&self) -> BoxFuture<'_, Result<Vec<NodeVersions>>>;
 }
 
 /// Verification of the member against a rank table.

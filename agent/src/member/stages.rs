@@ -82,6 +82,11 @@ impl Run {
         if let Some(failed) = self.check_allocation(&table, left).await {
             return failed;
         }
+        // An `hccl` group's nodes must run one driver and one CANN.
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        if let Some(failed) = self.check_versions(left).await {
+            return failed;
+        }
         let checked = self
             .ports
             .verifier

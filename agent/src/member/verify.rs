@@ -1,15 +1,12 @@
 //! Verification I/O: gathers the facts [`crate::nic::verify::decide`] judges — the chosen
 //! data NIC, link probes to every peer (and, concurrently, through the other local
-//! interfaces, so the message can say which would work), device facts, peers' versions
-//! from their `HcommNode`s, `/dev/shm`. Everything runs under one deadline: the group's
+//! interfaces, so the message can say which would work), device facts, `/dev/shm` (an
+//! `hccl` group's versions are [`super::versions_check`]'s). Everything runs under one deadline: the group's
 //! connect timeout. Beside it, for a member whose rank-table devices carry `device_ip`s,
 //! the NPU network check ([`crate::ascend::hccn::check`]) runs concurrently.
 
 use std::net::SocketAddr;
 use std::time::Duration;
-
-use hcomm_crds::HcommNode;
-use kube::Api;
 
 use super::ranktable::{ControlPlan, RankTable};
 use super::spec::MemberSpec;
@@ -204,15 +201,6 @@ async fn verify_nic(
         .flatten()
         .filter(|p| failed.contains(&p.target.name.as_str()))
         .collect();
-    let nodes: Api<HcommNode> = Api::all(ctx.client.clone());
-    let mut peer_versions = Vec::new();
-    for (name, _) in &plan.peers {
-        if let Ok(Some(n)) = nodes.get_opt(name).await
-            && let Some(st) = n.status
-        {
-            peer_versions.push((name.clone(), st.software));
-        }
-    }
     let facts = VerifyFacts {
         interface: chosen.name.clone(),
         probes,
@@ -228,8 +216,6 @@ async fn verify_nic(
             inventory: inv.devices.iter().map(|d| d.id).collect(),
             rank_table: Some(plan.devices_in_rank_order.clone()),
         },
-        local_versions: inv.versions.clone(),
-        peer_versions,
         shm_bytes: inv.shm_bytes,
         shm_required: ctx.cfg.shm_min_bytes,
     };

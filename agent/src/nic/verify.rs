@@ -1,11 +1,9 @@
-//! The verification verdict (pure): given the probe outcomes, the device facts, the
-//! versions and the shared-memory size, decide `hcomm.io/verified` with a reason and a
+//! The verification verdict (pure): given the probe outcomes, the device facts and the
+//! shared-memory size, decide `hcomm.io/verified` with a reason and a
 //! message that says what to fix. The I/O that gathers these facts is in
 //! [`crate::member::verify`].
 
-use hcomm_crds::SoftwareVersions;
 use hcomm_crds::contract::PodReason;
-use hcomm_crds::node::UNKNOWN_VERSION;
 
 use super::probe::ProbeOutcome;
 
@@ -30,9 +28,6 @@ pub struct VerifyFacts {
     /// Probes of the unreachable peers through other local interfaces.
     pub alternatives: Vec<ProbeOutcome>,
     pub devices: DeviceFacts,
-    pub local_versions: SoftwareVersions,
-    /// (peer node, its versions).
-    pub peer_versions: Vec<(String, SoftwareVersions)>,
     pub shm_bytes: Option<u64>,
     pub shm_required: u64,
 }
@@ -193,27 +188,6 @@ fn join(v: &[i32]) -> String {
         .join(",")
 }
 
-fn version_failure(f: &VerifyFacts) -> Option<String> {
-    let fields = |v: &SoftwareVersions| {
-        [
-            ("driver", v.driver.clone()),
-            ("firmware", v.firmware.clone()),
-            ("CANN", v.cann.clone()),
-        ]
-    };
-    let mine = fields(&f.local_versions);
-    let mut diffs = Vec::new();
-    for (peer, theirs) in &f.peer_versions {
-        for ((what, a), (_, b)) in mine.iter().zip(fields(theirs)) {
-            // Unknown on either side is not a mismatch: CPU nodes have no driver.
-            if a != &b && a != UNKNOWN_VERSION && b != UNKNOWN_VERSION {
-                diffs.push(format!("{what} {a} here, {b} on {peer}"));
-            }
-        }
-    }
-    (!diffs.is_empty()).then(|| diffs.join("; "))
-}
-
 fn shm_failure(f: &VerifyFacts) -> Option<String> {
     match f.shm_bytes {
         Some(have) if have < f.shm_required => Some(format!(
@@ -226,17 +200,17 @@ fn shm_failure(f: &VerifyFacts) -> Option<String> {
 }
 
 /// Decides. Every failing check is in the message; the reason is the first of
-/// NicUnreachable, DeviceMismatch, VersionMismatch, ShmTooSmall.
+/// NicUnreachable, DeviceMismatch, ShmTooSmall. (Versions are
+/// [`crate::member::versions_check`]'s, for `hccl` groups.)
 pub fn decide(f: &VerifyFacts) -> Verdict {
     Verdict::refused([
         (PodReason::NicUnreachable, nic_failure(f)),
         (PodReason::DeviceMismatch, device_failure(&f.devices)),
-        (PodReason::VersionMismatch, version_failure(f)),
         (PodReason::ShmTooSmall, shm_failure(f)),
     ])
     .unwrap_or_else(|| {
         Verdict::verified(format!(
-            "data interface {} reaches all {} peers; devices {} match; versions and /dev/shm ok",
+            "data interface {} reaches all {} peers; devices {} match; /dev/shm ok",
             f.interface,
             f.probes.len(),
             join(&f.devices.assigned)
@@ -352,28 +326,6 @@ mod tests {
         let mut f = healthy();
         f.devices.rank_table = Some(vec![2, 3]);
         assert!(decide(&f).message.contains("rank table maps"));
-    }
-
-    #[test]
-    fn differing_known_versions_mismatch_but_unknown_ones_do_not() {
-        let mut f = healthy();
-        let peer = SoftwareVersions {
-            cann: "8.0.RC2".into(),
-            ..Default::default()
-        };
-        f.peer_versions = vec![("host-1".into(), peer.clone())];
-        assert!(
-            decide(&f).ok,
-            "unknown here vs known there is not a mismatch"
-        );
-        f.local_versions.cann = "8.0.RC3".into();
-        let v = decide(&f);
-        assert_eq!(v.reason, PodReason::VersionMismatch);
-        assert!(
-            v.message.contains("CANN 8.0.RC3 here, 8.0.RC2 on host-1"),
-            "{}",
-            v.message
-        );
     }
 
     #[test]

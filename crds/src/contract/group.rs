@@ -18,6 +18,9 @@ string_enum! {
         /// probe in time. Derived from `HcommNode.status.linkTests`; `Unknown` when a link
         /// has no recent probe result (a stale result proves nothing).
         LinksHealthy => "LinksHealthy",
+        /// The group's Volcano PodGroup is in place with the current `minMember` (only on
+        /// groups that set `spec.scheduling.podGroup`).
+        PodGroupReady => "PodGroupReady",
     }
 }
 
@@ -76,5 +79,12 @@ string_enum! {
         /// The rank table built from the allocations breaks a rule HCCL applies on load; it
         /// is not written.
         InvalidRankTable => "InvalidRankTable",
+        /// The group's Volcano PodGroup was created or updated.
+        PodGroupApplied => "PodGroupApplied",
+        /// The cluster has no `scheduling.volcano.sh/v1beta1` PodGroup resource (Volcano
+        /// is not installed); members are scheduled one by one.
+        PodGroupCrdMissing => "PodGroupCrdMissing",
+        /// Writing the group's Volcano PodGroup failed (e.g. RBAC); retried.
+        PodGroupFailed => "PodGroupFailed",
     }
 }

@@ -13,6 +13,7 @@ pub mod group;
 mod names;
 pub mod pod;
 pub mod secrets;
+pub mod volcano;
 
 pub use group::{GroupConditionType, GroupReason};
 pub use names::UnknownName;

@@ -33,7 +33,8 @@ string_enum! {
         NoDataNic => "NoDataNic",
         /// The devices the member sees differ from its assignment.
         DeviceMismatch => "DeviceMismatch",
-        /// Driver, firmware or CANN versions differ from the group's.
+        /// Driver, firmware or CANN versions differ from the group's (written by agents
+        /// before the `hccl` version rules; today's agents write `NpuVersionMismatch`).
         VersionMismatch => "VersionMismatch",
         /// `/dev/shm` is smaller than the member needs.
         ShmTooSmall => "ShmTooSmall",
@@ -60,6 +61,16 @@ string_enum! {
         /// `hccn_tool` could not be run, timed out, or printed what its documented format
         /// does not allow.
         NpuToolFailed => "NpuToolFailed",
+        /// An `hccl` group's nodes run different NPU driver or CANN versions (their
+        /// `HcommNode`s say which; HCCL needs one of each across the group).
+        NpuVersionMismatch => "NpuVersionMismatch",
+        /// An `hccl` group's driver version is known on some of its nodes and unknown on
+        /// others (an agent cannot read the driver's `version.info`), so agreement cannot
+        /// be shown.
+        NpuVersionUnknown => "NpuVersionUnknown",
+        /// An `hccl` group's nodes differ where HCCL tolerates it (firmware), or a CANN
+        /// version is unknown on some node (Warning Event only; the member is verified).
+        NpuVersionWarning => "NpuVersionWarning",
         /// Verification failed (the Event that carries the failing check's reason).
         VerificationFailed => "VerificationFailed",
         /// The group's `comm.backend` is `hccl` and the HCCL runtime cannot be loaded on

@@ -98,6 +98,41 @@ pub struct HcommGroupSpec {
     /// How membership changes.
     #[serde(default)]
     pub scaling: ScalingSpec,
+
+    /// How the scheduler places members beyond the NPU request and the node affinity.
+    /// Unset: each member Pod is scheduled on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<SchedulingSpec>,
+}
+
+/// Scheduler settings of a group.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingSpec {
+    /// Gang scheduling by Volcano: hcomm keeps one `scheduling.volcano.sh/v1beta1`
+    /// PodGroup per group (named after the group, owned by it) and annotates each member
+    /// Pod with `scheduling.k8s.io/group-name`, so Volcano binds the Pods of a scale-out
+    /// all together or none of them. The PodGroup's `minMember` is the number of members
+    /// of the epoch being built (serving members and joiners): what the next
+    /// communicator needs at once. Set the template's `schedulerName: volcano` too. When
+    /// the cluster has no PodGroup CRD, the group's `PodGroupReady` condition says so and
+    /// members are scheduled one by one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_group: Option<PodGroupSpec>,
+}
+
+/// What hcomm copies into the group's Volcano PodGroup.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupSpec {
+    /// The Volcano queue the PodGroup is submitted to; unset: Volcano's `default` queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub queue: Option<String>,
+    /// The PriorityClass Volcano orders and preempts PodGroups by; unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub priority_class_name: Option<String>,
 }
 
 fn default_devices_per_member() -> i32 {
