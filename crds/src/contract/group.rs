@@ -76,5 +76,9 @@ string_enum! {
         /// The rank table built from the allocations breaks a rule HCCL applies on load; it
         /// is not written.
         InvalidRankTable => "InvalidRankTable",
+        /// The epoch's rank table does not fit the rank-table ConfigMap (Kubernetes refuses a
+        /// ConfigMap over 1 MiB; about 16,000 ranks with device IPs): it is not written.
+        /// Fewer members or fewer devices per member fit.
+        RankTableTooLarge => "RankTableTooLarge",
     }
 }
