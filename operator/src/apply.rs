@@ -155,7 +155,7 @@ pub fn rank_table_config_map(
         &observed.nodes,
         group.spec.comm.backend,
     )?;
-    let json = table.to_json();
+    let json = rank_table::publishable_json(&table, &plan.members)?;
     let members: Vec<&str> = plan.members.iter().map(|m| m.name.as_str()).collect();
     Ok(ConfigMap {
         metadata: ObjectMeta {

@@ -30,6 +30,7 @@ pub mod podgroup;
 pub mod rank_table;
 pub mod reconcile;
 pub mod status;
+pub mod watches;
 
 use std::sync::Arc;
 
@@ -136,10 +137,17 @@ pub async fn controller(ctx: Arc<Context>) {
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
     let nodes: Api<HcommNode> = Api::all(client);
+    // Only changes that can move a plan or a condition wake every group: agents republish
+    // their HcommNode every few seconds (issue 20: 200 nodes kept 50 groups reconciling
+    // without pause, seconds behind a scale request).
+    let mut relevant = watches::NodeChanges::new(ctx.links);
     let node_changes = watcher(nodes, watcher::Config::default())
         .default_backoff()
         .applied_objects()
-        .filter_map(|node| async move { node.ok().map(|_| ()) });
+        .filter_map(move |node| {
+            let changed = node.ok().filter(|n| relevant.changed(n)).map(|_| ());
+            async move { changed }
+        });
     Controller::new(groups, watcher::Config::default())
         .owns(pods, watcher::Config::default().labels(LABEL_GROUP))
         .reconcile_all_on(node_changes)

@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use hcomm_crds::Backend;
 use hcomm_crds::contract::GroupReason;
 use hcomm_crds::rank_table::{
-    RankTable, Status, ValidateError, ValidateOptions, v1, v12, validate,
+    CONFIG_MAP_MAX_BYTES, RankTable, Status, ValidateError, ValidateOptions, v1, v12, validate,
 };
 
 pub use hcomm_crds::rank_table::{
@@ -66,6 +66,20 @@ pub enum Held {
     /// The table breaks a rule HCCL applies on load.
     #[error("the rank table breaks HCCL's rules: {0}")]
     Invalid(#[from] ValidateError),
+    /// The table does not fit the rank-table ConfigMap, even as compact JSON.
+    #[error(
+        "the rank table of {ranks} ranks takes {bytes} bytes as compact JSON; with the member \
+         list it exceeds the {limit}-byte limit of a ConfigMap (fewer members or fewer devices \
+         per member fit)"
+    )]
+    TooLarge {
+        /// Ranks in the table.
+        ranks: usize,
+        /// The compact table's size.
+        bytes: usize,
+        /// [`CONFIG_MAP_MAX_BYTES`].
+        limit: usize,
+    },
 }
 
 impl Held {
@@ -75,6 +89,7 @@ impl Held {
             Self::WaitingForAllocation(_) => GroupReason::WaitingForAllocation,
             Self::AllocationSize { .. } | Self::Allocation { .. } => GroupReason::AllocationMissing,
             Self::Invalid(_) => GroupReason::InvalidRankTable,
+            Self::TooLarge { .. } => GroupReason::RankTableTooLarge,
         }
     }
 }
@@ -265,6 +280,33 @@ pub fn with_super_pods(table: &v1::RankTable, members: &[PlannedMember]) -> Opti
         server_count: Some(table.server_count),
         server_list,
         super_pod_list: super_pods,
+    })
+}
+
+/// Room left in the ConfigMap for its metadata (names, labels, owner reference) and the
+/// epoch key, beside the table and the member list.
+const CONFIG_MAP_SLACK: usize = 4 * 1024;
+
+/// The text of `table` as published beside `members` (the ConfigMap's member list): the
+/// pretty form HCCL's own tools write when it fits the ConfigMap, else the compact form
+/// (about half the bytes; same document), else [`Held::TooLarge`] — a table over the
+/// limit is never written, the group's conditions say so. At 8 devices a member the
+/// compact form fits 1,000 members; at 16 it does not (about 1.07 MB of table).
+pub fn publishable_json(table: &RankTable, members: &[PlannedMember]) -> Result<String, Held> {
+    let member_list: usize = members.iter().map(|m| m.name.len() + 1).sum();
+    let budget = CONFIG_MAP_MAX_BYTES.saturating_sub(member_list + CONFIG_MAP_SLACK);
+    let pretty = table.to_json();
+    if pretty.len() <= budget {
+        return Ok(pretty);
+    }
+    let compact = table.to_compact_json();
+    if compact.len() <= budget {
+        return Ok(compact);
+    }
+    Err(Held::TooLarge {
+        ranks: table.world(),
+        bytes: compact.len(),
+        limit: CONFIG_MAP_MAX_BYTES,
     })
 }
 
@@ -559,6 +601,77 @@ mod tests {
             checked(&members, 2, &nodes, Backend::Hccl).unwrap(),
             RankTable::V1(_)
         ));
+    }
+
+    /// `count` members of `dpm` devices, one node each (A2 nodes at 8, A3 at 16), named
+    /// as the operator names them, with device IPs.
+    fn big_group(count: i32, dpm: u32) -> (Vec<PlannedMember>, Vec<NodeInventory>) {
+        let members = (0..count)
+            .map(|i| {
+                let devices: Vec<(u32, String)> = (0..dpm)
+                    .map(|d| (d, format!("10.{}.{}.{}", 200 + i / 256, i % 256, d + 1)))
+                    .collect();
+                let devices: Vec<(u32, &str)> =
+                    devices.iter().map(|(d, ip)| (*d, ip.as_str())).collect();
+                let mut m = member(i, &format!("npu-node-{i:04}"), &devices);
+                m.name = format!("decode-{i}-e12");
+                m
+            })
+            .collect();
+        let nodes = (0..count)
+            .map(|i| {
+                node(
+                    &format!("npu-node-{i:04}"),
+                    &format!("10.100.{}.{}", i / 256, i % 256),
+                )
+            })
+            .collect();
+        (members, nodes)
+    }
+
+    #[test]
+    fn a_thousand_members_of_8_devices_fit_and_of_16_are_refused_by_size() {
+        let (members, nodes) = big_group(1000, 8);
+        let table = checked(&members, 8, &nodes, Backend::Hccl).unwrap();
+        let text = publishable_json(&table, &members).unwrap();
+        let member_list: usize = members.iter().map(|m| m.name.len() + 1).sum();
+        assert!(
+            text.len() + member_list + CONFIG_MAP_SLACK <= CONFIG_MAP_MAX_BYTES,
+            "{} bytes",
+            text.len()
+        );
+        assert_eq!(RankTable::parse(&text).unwrap().world(), 8000);
+
+        let (members, nodes) = big_group(1000, 16);
+        let table = checked(&members, 16, &nodes, Backend::Hccl).unwrap();
+        let held = publishable_json(&table, &members).unwrap_err();
+        assert!(
+            matches!(held, Held::TooLarge { ranks: 16000, bytes, limit: CONFIG_MAP_MAX_BYTES } if bytes > 1_000_000),
+            "{held:?}"
+        );
+        assert_eq!(held.reason(), GroupReason::RankTableTooLarge);
+        assert!(
+            held.to_string()
+                .contains("1048576-byte limit of a ConfigMap"),
+            "{held}"
+        );
+    }
+
+    #[test]
+    fn a_table_whose_pretty_form_is_too_large_is_published_compact() {
+        let (members, nodes) = big_group(700, 16);
+        let table = checked(&members, 16, &nodes, Backend::Hccl).unwrap();
+        assert!(table.to_json().len() > CONFIG_MAP_MAX_BYTES);
+        let text = publishable_json(&table, &members).unwrap();
+        assert!(text == table.to_compact_json(), "the compact form");
+        assert_eq!(RankTable::parse(&text).unwrap(), table);
+    }
+
+    #[test]
+    fn small_tables_keep_the_pretty_form() {
+        let (members, nodes) = big_group(64, 16);
+        let table = checked(&members, 16, &nodes, Backend::Hccl).unwrap();
+        assert_eq!(publishable_json(&table, &members).unwrap(), table.to_json());
     }
 
     #[test]

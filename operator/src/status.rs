@@ -375,8 +375,20 @@ fn degraded(input: StatusInput<'_>, previous: &HcommGroupStatus) -> (bool, &'sta
     (false, reasons::HEALTHY, "no problem found".to_owned())
 }
 
-/// Rank → device → node map of the planned set.
+/// Ranks beyond which `status.topology` is left empty: one entry is about 150 bytes of
+/// JSON, so 4,096 ranks take about 600 KiB of the 1.5 MiB an object may have in etcd,
+/// beside 1,000 members' `status.members` (about 250 KiB). Larger groups find the same
+/// rank → device → node map in their rank-table ConfigMap and in `status.members` (node,
+/// rank range and device ids of each member); see `docs/design.md`, "Rank-table and
+/// status size".
+pub const MAX_TOPOLOGY_RANKS: usize = 4096;
+
+/// Rank → device → node map of the planned set (empty above [`MAX_TOPOLOGY_RANKS`]).
 fn topology(input: StatusInput<'_>, dpm: i32) -> Vec<TopologyEntry> {
+    let ranks: usize = input.plan.members.iter().map(|m| m.devices.len()).sum();
+    if ranks > MAX_TOPOLOGY_RANKS {
+        return Vec::new();
+    }
     let mut entries = Vec::new();
     for member in &input.plan.members {
         if member.joiner && !input.outcome.created.contains(&member.name) {

@@ -86,5 +86,9 @@ string_enum! {
         PodGroupCrdMissing => "PodGroupCrdMissing",
         /// Writing the group's Volcano PodGroup failed (e.g. RBAC); retried.
         PodGroupFailed => "PodGroupFailed",
+        /// The epoch's rank table does not fit the rank-table ConfigMap (Kubernetes refuses a
+        /// ConfigMap over 1 MiB; about 16,000 ranks with device IPs): it is not written.
+        /// Fewer members or fewer devices per member fit.
+        RankTableTooLarge => "RankTableTooLarge",
     }
 }

@@ -13,6 +13,11 @@ pub const MOUNT_DIR: &str = "/etc/hcomm/rank-table";
 /// The value of `RANK_TABLE_FILE` in the workers: [`KEY_RANK_TABLE`] under [`MOUNT_DIR`].
 pub const RANK_TABLE_FILE: &str = "/etc/hcomm/rank-table/rank_table.json";
 
+/// The most bytes a ConfigMap's data may hold: the API server refuses a larger one
+/// (`ConfigMap ... must have at most 1048576 bytes`), whatever etcd's request limit
+/// (1.5 MiB by default) would take. The rank table, the epoch and the member list share it.
+pub const CONFIG_MAP_MAX_BYTES: usize = 1024 * 1024;
+
 /// The name of the ConfigMap holding group `group`'s rank table.
 pub fn config_map_name(group: &str) -> String {
     format!("{group}-rank-table")

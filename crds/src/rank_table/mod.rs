@@ -15,7 +15,8 @@ mod validate;
 mod view;
 
 pub use config_map::{
-    KEY_EPOCH, KEY_MEMBERS, KEY_RANK_TABLE, MOUNT_DIR, RANK_TABLE_FILE, config_map_name,
+    CONFIG_MAP_MAX_BYTES, KEY_EPOCH, KEY_MEMBERS, KEY_RANK_TABLE, MOUNT_DIR, RANK_TABLE_FILE,
+    config_map_name,
 };
 pub use server::ServerOf;
 pub use validate::{ValidateError, ValidateOptions, validate};
@@ -83,6 +84,17 @@ impl RankTable {
         let result = match self {
             Self::V1(t) => serde_json::to_string_pretty(t),
             Self::V12(t) => serde_json::to_string_pretty(t),
+        };
+        result.expect("a rank table has only string keys and serialises")
+    }
+
+    /// The table as compact JSON (no whitespace): the same document for HCCL, about half
+    /// the bytes of [`Self::to_json`] — what large groups publish (see
+    /// `docs/design.md`, "Rank-table and status size").
+    pub fn to_compact_json(&self) -> String {
+        let result = match self {
+            Self::V1(t) => serde_json::to_string(t),
+            Self::V12(t) => serde_json::to_string(t),
         };
         result.expect("a rank table has only string keys and serialises")
     }

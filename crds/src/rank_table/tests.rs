@@ -121,6 +121,27 @@ fn every_super_pod_layout_validates_and_round_trips() {
 }
 
 #[test]
+fn the_compact_form_is_the_same_table_in_about_half_the_bytes() {
+    for table in [
+        RankTable::V1(v1_table(64, 16, 1, true)),
+        RankTable::V12(v12_table(&v1_table(64, 16, 1, true), 4)),
+    ] {
+        let (pretty, compact) = (table.to_json(), table.to_compact_json());
+        assert_eq!(RankTable::parse(&compact).unwrap(), table);
+        assert!(
+            !compact.contains('\n') && !compact.contains(": "),
+            "{compact}"
+        );
+        assert!(
+            compact.len() * 10 < pretty.len() * 6,
+            "{} vs {}",
+            compact.len(),
+            pretty.len()
+        );
+    }
+}
+
+#[test]
 fn numbers_are_written_as_strings_and_read_as_strings_or_integers() {
     let json = v1_table(1, 2, 1, false);
     let text = RankTable::V1(json).to_json();

@@ -149,3 +149,91 @@ fn a_failed_verification_outranks_a_dead_link_on_degraded() {
         hcomm_crds::contract::GroupReason::LinkDown.as_str()
     );
 }
+
+/// A planned set of `count` members of `dpm` devices, one node each, every one Ready.
+fn big_plan(count: i32, dpm: i32) -> (Plan, Vec<NodeInventory>) {
+    let members = (0..count)
+        .map(|i| crate::planner::PlannedMember {
+            name: format!("decode-{i}-e12"),
+            index: i,
+            node: format!("npu-node-{i:04}"),
+            devices: (0..dpm).collect(),
+            allocation: None,
+            joiner: false,
+        })
+        .collect();
+    let nodes = (0..count)
+        .map(|i| NodeInventory {
+            name: format!("npu-node-{i:04}"),
+            data_address: Some(format!("10.100.{}.{}", i / 256, i % 256)),
+            topology: hcomm_crds::TopologyLabels {
+                super_pod: Some("sp0".into()),
+                rack: Some(format!("rack-{}", i / 16)),
+                switch: Some(format!("switch-{}", i / 64)),
+            },
+            devices: Vec::new(),
+            npus: 16,
+        })
+        .collect();
+    (
+        Plan {
+            members,
+            epoch: 12,
+            ..Plan::default()
+        },
+        nodes,
+    )
+}
+
+fn status_bytes(count: i32, dpm: i32) -> (usize, HcommGroupStatus) {
+    let (plan, nodes) = big_plan(count, dpm);
+    let now = Timestamp::from_second(1_700_000_000).unwrap();
+    let status = build(StatusInput {
+        group: &group(),
+        members: &[],
+        plan: &plan,
+        outcome: &Outcome::default(),
+        nodes: &nodes,
+        invalid: None,
+        links: &LinkReport::default(),
+        now,
+    });
+    (serde_json::to_vec(&status).unwrap().len(), status)
+}
+
+#[test]
+fn a_thousand_member_status_stays_within_etcds_object_limit_at_16_devices() {
+    const ETCD_LIMIT: usize = 1536 * 1024;
+    // status.members comes from the observed Pods; 1,000 of them, every field set.
+    let members: Vec<hcomm_crds::MemberStatus> = (0..1000)
+        .map(|i| {
+            serde_json::from_value(serde_json::json!({
+                "name": format!("decode-{i}-e12"), "index": i, "node": format!("npu-node-{i:04}"),
+                "ranks": {"first": i * 16, "count": 16}, "deviceIds": (0..16).collect::<Vec<_>>(),
+                "dataIp": "10.100.3.231", "phase": "Ready", "phaseSince": "2026-12-02T03:00:00Z",
+                "epoch": 12, "weightsVersion": "llama-3-70b-v1"
+            }))
+            .unwrap()
+        })
+        .collect();
+    let members_bytes = serde_json::to_vec(&members).unwrap().len();
+    let (bytes, status) = status_bytes(1000, 16);
+    assert!(
+        status.topology.is_empty(),
+        "16,000 ranks: no per-rank topology"
+    );
+    assert!(
+        bytes + members_bytes < ETCD_LIMIT / 3,
+        "{bytes} + {members_bytes} bytes"
+    );
+    let (bytes, status) = status_bytes(256, 16);
+    assert_eq!(
+        status.topology.len(),
+        MAX_TOPOLOGY_RANKS,
+        "at the cap it is kept"
+    );
+    assert!(
+        bytes + members_bytes < ETCD_LIMIT * 2 / 3,
+        "{bytes} + {members_bytes} bytes at the cap"
+    );
+}

@@ -1,0 +1,323 @@
+//! Samples taken at the edges of a phase, and their deltas: the apiserver's own request
+//! counters (`apiserver_request_total`, by verb, resource and subresource — counted by the
+//! server, so they cannot be flattered by a client), the operator's reconcile counter and
+//! duration histogram (its `/metrics`), and the operator's memory and CPU time (`/proc`).
+//! Parsing is pure and unit-tested; the fetches are thin.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result, anyhow};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// (verb, resource, subresource).
+pub type RequestKey = (String, String, String);
+
+/// One sample.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    /// apiserver requests so far.
+    pub requests: BTreeMap<RequestKey, f64>,
+    /// The operator's reconciles so far.
+    pub reconciles: f64,
+    /// The operator's reconcile-duration histogram: (upper bound, cumulative count).
+    pub buckets: Vec<(f64, f64)>,
+    /// The operator's CPU seconds (user + system) so far.
+    pub cpu_s: f64,
+    /// The operator's resident memory now, MiB.
+    pub rss_mib: f64,
+}
+
+impl Sample {
+    /// Takes a sample: the apiserver's `/metrics` through `client`, the operator's through
+    /// `operator_metrics` (a plain `http://host:port/path` URL), `/proc/<pid>`.
+    pub async fn take(client: &kube::Client, operator_metrics: &str, pid: u32) -> Result<Sample> {
+        let request = http::Request::get("/metrics").body(Vec::new())?;
+        let apiserver = client
+            .request_text(request)
+            .await
+            .context("GET the apiserver's /metrics")?;
+        let operator = http_get(operator_metrics).await?;
+        let (cpu_s, rss_mib) = process(pid)?;
+        let (reconciles, buckets) = reconcile_metrics(&operator);
+        Ok(Sample {
+            requests: apiserver_requests(&apiserver),
+            reconciles,
+            buckets,
+            cpu_s,
+            rss_mib,
+        })
+    }
+
+    /// What happened between `self` (earlier) and `later`.
+    pub fn delta(&self, later: &Sample) -> Delta {
+        let requests = later
+            .requests
+            .iter()
+            .map(|(k, v)| (k.clone(), v - self.requests.get(k).copied().unwrap_or(0.0)))
+            .filter(|(_, v)| *v > 0.0)
+            .collect();
+        let buckets = later
+            .buckets
+            .iter()
+            .map(|(le, v)| {
+                let before = self
+                    .buckets
+                    .iter()
+                    .find(|(l, _)| l == le)
+                    .map_or(0.0, |(_, b)| *b);
+                (*le, v - before)
+            })
+            .collect();
+        Delta {
+            requests,
+            reconciles: later.reconciles - self.reconciles,
+            buckets,
+            cpu_s: later.cpu_s - self.cpu_s,
+            rss_mib: later.rss_mib,
+        }
+    }
+}
+
+/// The change over a phase.
+#[derive(Debug, Clone, Default)]
+pub struct Delta {
+    pub requests: BTreeMap<RequestKey, f64>,
+    pub reconciles: f64,
+    pub buckets: Vec<(f64, f64)>,
+    pub cpu_s: f64,
+    /// At the end of the phase.
+    pub rss_mib: f64,
+}
+
+impl Delta {
+    /// The `q` quantile of the reconcile durations, in milliseconds, interpolated linearly
+    /// inside its bucket as Prometheus' `histogram_quantile` does; `None` without
+    /// reconciles.
+    pub fn reconcile_quantile_ms(&self, q: f64) -> Option<f64> {
+        quantile(&self.buckets, q).map(|s| s * 1000.0)
+    }
+
+    /// Requests of every verb `verb` (e.g. `LIST`), all resources.
+    pub fn verb_total(&self, verb: &str) -> f64 {
+        self.requests
+            .iter()
+            .filter(|((v, _, _), _)| v == verb)
+            // A fold from +0: an empty f64 sum is -0, which prints as "-0".
+            .fold(0.0, |total, (_, n)| total + n)
+    }
+}
+
+/// The quantile of a cumulative histogram ((upper bound, count) ascending, `+Inf` last).
+pub fn quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
+    let total = buckets.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let rank = q * total;
+    let mut lower = (0.0, 0.0);
+    for &(le, count) in buckets {
+        if count >= rank {
+            if le.is_infinite() {
+                return Some(lower.0);
+            }
+            let inside = count - lower.1;
+            let fraction = if inside > 0.0 {
+                (rank - lower.1) / inside
+            } else {
+                1.0
+            };
+            return Some(lower.0 + (le - lower.0) * fraction);
+        }
+        lower = (le, count);
+    }
+    Some(lower.0)
+}
+
+/// `apiserver_request_total`, summed over codes and versions, by (verb, resource,
+/// subresource).
+pub fn apiserver_requests(text: &str) -> BTreeMap<RequestKey, f64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        let labels = parse_labels(labels);
+        let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
+        *out.entry((get("verb"), get("resource"), get("subresource")))
+            .or_default() += value;
+    }
+    out
+}
+
+/// The operator's `hcomm_operator_reconciles_total` and the buckets of
+/// `hcomm_operator_reconcile_duration_seconds`.
+pub fn reconcile_metrics(text: &str) -> (f64, Vec<(f64, f64)>) {
+    let mut reconciles = 0.0;
+    let mut buckets = Vec::new();
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("hcomm_operator_reconciles_total ") {
+            reconciles = v.trim().parse().unwrap_or(0.0);
+        } else if let Some(rest) =
+            line.strip_prefix("hcomm_operator_reconcile_duration_seconds_bucket{")
+            && let Some((labels, value)) = rest.rsplit_once("} ")
+        {
+            let labels = parse_labels(labels);
+            let le = labels.get("le").map_or(f64::NAN, |l| {
+                if l == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    l.parse().unwrap_or(f64::NAN)
+                }
+            });
+            if let Ok(value) = value.trim().parse::<f64>()
+                && !le.is_nan()
+            {
+                buckets.push((le, value));
+            }
+        }
+    }
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    (reconciles, buckets)
+}
+
+/// `a="x",b="y"` (values without escaped quotes, as these metrics have).
+fn parse_labels(text: &str) -> BTreeMap<String, String> {
+    text.split("\",")
+        .filter_map(|pair| {
+            let (k, v) = pair.split_once("=\"")?;
+            Some((k.trim().to_owned(), v.trim_end_matches('"').to_owned()))
+        })
+        .collect()
+}
+
+/// (CPU seconds, RSS MiB) of process `pid`.
+pub fn process(pid: u32) -> Result<(f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("read /proc/{pid}/stat"))?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("read /proc/{pid}/status"))?;
+    Ok((cpu_seconds(&stat, clock_ticks())?, rss_mib(&status)?))
+}
+
+/// utime + stime (fields 14 and 15) in seconds; the fields after the `)` of the command.
+pub fn cpu_seconds(stat: &str, ticks: f64) -> Result<f64> {
+    let after = stat
+        .rsplit_once(')')
+        .ok_or_else(|| anyhow!("no command in /proc stat"))?
+        .1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let tick = |i: usize| -> Result<f64> {
+        fields
+            .get(i)
+            .ok_or_else(|| anyhow!("short /proc stat"))?
+            .parse::<f64>()
+            .context("/proc stat field")
+    };
+    // After the command: state is field 3, so utime (14) is index 11, stime (15) 12.
+    Ok((tick(11)? + tick(12)?) / ticks)
+}
+
+/// `VmRSS:` of `/proc/<pid>/status` in MiB.
+pub fn rss_mib(status: &str) -> Result<f64> {
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .ok_or_else(|| anyhow!("no VmRSS"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()?;
+    Ok(kib / 1024.0)
+}
+
+/// The kernel's clock ticks per second (`getconf CLK_TCK`; 100 on Linux when it fails).
+fn clock_ticks() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// A plain HTTP/1.0 GET of `url` (`http://host:port/path`) with a 10 s deadline.
+async fn http_get(url: &str) -> Result<String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| anyhow!("not http: {url}"))?;
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let fetch = async {
+        let mut stream = tokio::net::TcpStream::connect(host).await?;
+        stream
+            .write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+            .await?;
+        let mut body = String::new();
+        stream.read_to_string(&mut body).await?;
+        anyhow::Ok(body)
+    };
+    let text = tokio::time::timeout(std::time::Duration::from_secs(10), fetch)
+        .await
+        .map_err(|_| anyhow!("GET {url}: no answer within 10 s"))??;
+    Ok(text
+        .split_once("\r\n\r\n")
+        .map_or(text.clone(), |(_, b)| b.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_quantile_interpolates_inside_its_bucket() {
+        let b = [
+            (0.01, 50.0),
+            (0.1, 90.0),
+            (1.0, 100.0),
+            (f64::INFINITY, 100.0),
+        ];
+        assert!((quantile(&b, 0.5).unwrap() - 0.01).abs() < 1e-9);
+        assert!((quantile(&b, 0.7).unwrap() - 0.055).abs() < 1e-9);
+        assert!((quantile(&b, 0.99).unwrap() - 0.91).abs() < 1e-9);
+        assert_eq!(quantile(&[(0.1, 0.0), (f64::INFINITY, 0.0)], 0.5), None);
+    }
+
+    #[test]
+    fn apiserver_counters_are_summed_by_verb_resource_and_subresource() {
+        let text = r#"# HELP apiserver_request_total x
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 3
+apiserver_request_total{code="410",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 1
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="status",verb="PATCH",version="v1"} 7
+"#;
+        let r = apiserver_requests(text);
+        assert_eq!(r[&("LIST".into(), "pods".into(), String::new())], 4.0);
+        assert_eq!(r[&("PATCH".into(), "pods".into(), "status".into())], 7.0);
+    }
+
+    #[test]
+    fn the_operators_histogram_and_counter_are_read() {
+        let text = "hcomm_operator_reconciles_total 12\n\
+            hcomm_operator_reconcile_duration_seconds_bucket{le=\"0.005\"} 3\n\
+            hcomm_operator_reconcile_duration_seconds_bucket{le=\"+Inf\"} 12\n\
+            hcomm_operator_reconcile_duration_seconds_bucket{le=\"0.1\"} 11\n";
+        let (n, b) = reconcile_metrics(text);
+        assert_eq!(n, 12.0);
+        assert_eq!(b, vec![(0.005, 3.0), (0.1, 11.0), (f64::INFINITY, 12.0)]);
+    }
+
+    #[test]
+    fn proc_files_give_cpu_seconds_and_rss() {
+        let stat = "42 (hcomm (op)) S 1 42 42 0 -1 4194304 100 0 0 0 250 50 0 0 20 0 9 0 1 2 3";
+        assert!((cpu_seconds(stat, 100.0).unwrap() - 3.0).abs() < 1e-9);
+        assert!((rss_mib("Name:\tx\nVmRSS:\t  20480 kB\n").unwrap() - 20.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,205 @@
+//! The bench's results: one [`Row`] per size, rendered as a Markdown table (for
+//! `docs/benchmarks.md`) and as the last line for scripts. Pure.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::measure::Delta;
+
+/// Resources only the operator reads or writes in the bench (besides the bench's own
+/// requests, taken out): its requests per reconcile are counted over these. Pods are
+/// written by the scheduler (`binding`) and kwok (`status`) too, so only the main
+/// resource counts; Events (the scheduler posts some), Leases (every component renews
+/// one) and Nodes' status (kwok) are left out.
+const OPERATOR_RESOURCES: [&str; 5] = ["pods", "configmaps", "hcommgroups", "hcommnodes", "nodes"];
+
+/// Verbs shown per reconcile, in this order.
+const VERBS: [&str; 7] = [
+    "LIST", "GET", "CREATE", "APPLY", "PATCH", "UPDATE", "DELETE",
+];
+
+/// One measured size.
+#[derive(Debug, Clone, Default)]
+pub struct Row {
+    pub members: u32,
+    pub groups: u32,
+    pub per_group: u32,
+    /// All groups from the previous size to half of `per_group`.
+    pub setup_s: f64,
+    /// One group from half to `per_group`, alone.
+    pub single_created_s: f64,
+    pub single_ready_s: f64,
+    /// Every group from half to `per_group` at once (None with one group).
+    pub storm_created_s: Option<f64>,
+    pub storm_ready_s: Option<f64>,
+    /// Over the single and storm phases.
+    pub busy: Delta,
+    /// The bench's own requests over the same phases.
+    pub own_busy: BTreeMap<(String, String, String), u64>,
+    /// Over the quiet window.
+    pub steady: Delta,
+    pub steady_s: f64,
+    /// The operator's RSS at the end of the size (after the quiet window), MiB.
+    pub rss_mib: f64,
+}
+
+impl Row {
+    pub fn p50_ms(&self) -> f64 {
+        self.busy.reconcile_quantile_ms(0.5).unwrap_or(0.0)
+    }
+
+    pub fn p99_ms(&self) -> f64 {
+        self.busy.reconcile_quantile_ms(0.99).unwrap_or(0.0)
+    }
+
+    /// Settle time: the storm's Ready time, or the single group's when there is one group.
+    pub fn settle_s(&self) -> f64 {
+        self.storm_ready_s.unwrap_or(self.single_ready_s)
+    }
+
+    /// The operator's requests per reconcile by verb, over [`OPERATOR_RESOURCES`], with
+    /// the bench's own taken out.
+    pub fn per_reconcile(&self) -> Vec<(&'static str, f64)> {
+        let reconciles = self.busy.reconciles.max(1.0);
+        VERBS
+            .iter()
+            .map(|&verb| {
+                let total: f64 = self
+                    .busy
+                    .requests
+                    .iter()
+                    .filter(|((v, r, s), _)| {
+                        v == verb
+                            && OPERATOR_RESOURCES.contains(&r.as_str())
+                            && (s.is_empty() || r == "hcommgroups")
+                    })
+                    .map(|(k, n)| n - self.own_busy.get(k).copied().unwrap_or(0) as f64)
+                    .sum();
+                (verb, total.max(0.0) / reconciles)
+            })
+            .filter(|(_, n)| *n > 0.0)
+            .collect()
+    }
+
+    /// The steady window's list calls (every client; the bench itself lists nothing).
+    pub fn list_calls_steady(&self) -> f64 {
+        self.steady.verb_total("LIST")
+    }
+
+    /// The storm's Ready time over one group's.
+    pub fn storm_ratio(&self) -> Option<f64> {
+        Some(self.storm_ready_s? / self.single_ready_s.max(1e-9))
+    }
+}
+
+/// The Markdown table of `rows`.
+pub fn markdown(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "| members | groups × size | setup (s) | one group: Pods created / Ready (s) | storm: Pods created / Ready (s) | storm ÷ one | reconciles | p50 / p99 (ms) | requests per reconcile | list calls, quiet window | RSS (MiB) | CPU (s) |\n\
+         |---:|---|---:|---|---|---:|---:|---|---|---|---:|---:|\n",
+    );
+    for r in rows {
+        let storm = match (r.storm_created_s, r.storm_ready_s) {
+            (Some(c), Some(s)) => format!("{c:.1} / {s:.1}"),
+            _ => "— (one group)".into(),
+        };
+        let ratio = r.storm_ratio().map_or("—".into(), |x| format!("{x:.2}"));
+        let per: Vec<String> = r
+            .per_reconcile()
+            .iter()
+            .map(|(v, n)| format!("{v} {n:.2}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {} | {} × {} | {:.1} | {:.1} / {:.1} | {storm} | {ratio} | {:.0} | {:.1} / {:.1} | {} | {:.0} in {:.0} s ({:.0} reconciles) | {:.0} | {:.1} |",
+            r.members,
+            r.groups,
+            r.per_group,
+            r.setup_s,
+            r.single_created_s,
+            r.single_ready_s,
+            r.busy.reconciles,
+            r.p50_ms(),
+            r.p99_ms(),
+            per.join(", "),
+            r.list_calls_steady(),
+            r.steady_s,
+            r.steady.reconciles,
+            r.rss_mib,
+            r.busy.cpu_s,
+        );
+    }
+    out
+}
+
+/// The apiserver's request deltas of a phase, one `verb resource[/sub] n` per line
+/// (bench's own taken out), for the log.
+pub fn requests_detail(delta: &Delta, own: &BTreeMap<(String, String, String), u64>) -> String {
+    let mut out = String::new();
+    for (key @ (verb, resource, sub), n) in &delta.requests {
+        let n = n - own.get(key).copied().unwrap_or(0) as f64;
+        if n > 0.0 && verb != "WATCH" {
+            let what = if sub.is_empty() {
+                resource.clone()
+            } else {
+                format!("{resource}/{sub}")
+            };
+            let _ = writeln!(out, "  {verb:<7} {what:<28} {n:>8.0}");
+        }
+    }
+    out
+}
+
+/// The last line, for scripts: the largest size's numbers.
+pub fn last_line(row: &Row) -> String {
+    format!(
+        "members={} groups={} settle_s={:.2} reconcile_p99_ms={:.1} rss_mib={:.0} list_calls_steady={:.0}",
+        row.members,
+        row.groups,
+        row.settle_s(),
+        row.p99_ms(),
+        row.rss_mib,
+        row.list_calls_steady()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(v: &str, r: &str, s: &str) -> (String, String, String) {
+        (v.into(), r.into(), s.into())
+    }
+
+    #[test]
+    fn requests_per_reconcile_leave_out_other_clients_and_the_bench() {
+        let mut row = Row {
+            members: 1000,
+            groups: 50,
+            single_ready_s: 2.0,
+            storm_ready_s: Some(3.0),
+            ..Row::default()
+        };
+        row.busy.reconciles = 10.0;
+        row.busy.requests = BTreeMap::from([
+            (key("LIST", "pods", ""), 30.0),
+            (key("PATCH", "pods", ""), 25.0),
+            (key("PATCH", "pods", "status"), 99.0),
+            (key("CREATE", "pods", "binding"), 99.0),
+            (key("PATCH", "hcommgroups", "status"), 10.0),
+            (key("CREATE", "events", ""), 99.0),
+        ]);
+        row.own_busy = BTreeMap::from([(key("PATCH", "pods", ""), 20)]);
+        assert_eq!(
+            row.per_reconcile(),
+            vec![("LIST", 3.0), ("PATCH", 1.5)],
+            "pods/status, bindings and events are other clients'"
+        );
+        assert_eq!(row.storm_ratio(), Some(1.5));
+        assert_eq!(
+            last_line(&row),
+            "members=1000 groups=50 settle_s=3.00 reconcile_p99_ms=0.0 rss_mib=0 list_calls_steady=0"
+        );
+        assert!(markdown(&[row]).contains("| 1000 | 50 × 0 | 0.0 |"));
+    }
+}
