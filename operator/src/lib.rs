@@ -7,7 +7,8 @@
 //! writes Pods ([`pod_builder`]), drain requests and the rank table ([`rank_table`]);
 //! [`status`] reports members, topology and conditions (link health judged by [`links`]
 //! from the agents' `HcommNode` link tests); [`events`] publishes what changed.
-//! [`leader`] makes sure only one replica acts; [`metrics`] serves Prometheus metrics.
+//! [`leader`] makes sure only one replica acts; [`metrics`] serves Prometheus metrics and
+//! the health endpoints, `/readyz` answering from [`readiness`].
 
 pub mod affinity;
 pub mod allocation;
@@ -26,6 +27,7 @@ pub mod phase;
 pub mod planner;
 pub mod pod_builder;
 pub mod rank_table;
+pub mod readiness;
 pub mod reconcile;
 pub mod status;
 
@@ -35,6 +37,7 @@ use futures::StreamExt;
 use hcomm_crds::contract::LABEL_GROUP;
 use hcomm_crds::{HcommGroup, HcommNode};
 use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::sync::watch;
@@ -46,6 +49,7 @@ pub use error::{Error, Result};
 use context::Context;
 use leader::Elector;
 use metrics::Metrics;
+use readiness::{Readiness, Role};
 
 /// Runs the operator: metrics server, leader election, and — while leader — the
 /// `HcommGroup` controller. Returns on SIGTERM/SIGINT (after releasing the Lease) or with
@@ -55,6 +59,7 @@ pub async fn run(config: Config) -> Result<()> {
         "build client from KUBECONFIG or in-cluster config",
     ))?;
     let metrics = Arc::new(Metrics::new());
+    let readiness = Arc::new(Readiness::default());
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = tokio::net::TcpListener::bind(config.metrics_addr)
         .await
@@ -63,7 +68,12 @@ pub async fn run(config: Config) -> Result<()> {
             source,
         })?;
     info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving metrics");
-    let server = tokio::spawn(metrics::serve(listener, metrics.clone(), stopped(stop_rx)));
+    let server = tokio::spawn(metrics::serve(
+        listener,
+        metrics.clone(),
+        readiness.clone(),
+        stopped(stop_rx),
+    ));
 
     let elector = Elector::new(
         client.clone(),
@@ -73,9 +83,10 @@ pub async fn run(config: Config) -> Result<()> {
     );
     let result = tokio::select! {
         () = shutdown_signal() => Ok(()),
-        result = lead(client, &config, metrics.clone(), &elector) => result,
+        result = lead(client, &config, metrics.clone(), &readiness, &elector) => result,
     };
     metrics.leader.set(0);
+    readiness.set(Role::Starting);
     elector.release().await;
     let _ = stop_tx.send(true);
     if let Ok(Err(error)) = server.await {
@@ -84,21 +95,32 @@ pub async fn run(config: Config) -> Result<()> {
     result
 }
 
-/// Becomes leader, then runs the controller until leadership is lost.
+/// Becomes leader, then runs the controller until leadership is lost. The renewal is
+/// polled first (`biased`): a leader resumed after a pause longer than the renew deadline
+/// steps down before its controller is polled again.
 async fn lead(
     client: Client,
     config: &Config,
     metrics: Arc<Metrics>,
+    readiness: &Readiness,
     elector: &Elector,
 ) -> Result<()> {
-    elector.acquire().await;
+    elector
+        .acquire(|holder| {
+            readiness.set(holder.map_or(Role::Starting, |holder| Role::Standby {
+                holder: holder.to_owned(),
+            }))
+        })
+        .await;
     metrics.leader.set(1);
+    readiness.set(Role::Leader { synced: false });
     let mut ctx = Context::new(client, metrics, config.namespace.clone(), &config.identity);
     ctx.links = config.links;
     let ctx = Arc::new(ctx);
     tokio::select! {
-        () = controller(ctx) => Ok(()),
+        biased;
         lost = elector.keep() => Err(lost),
+        () = controller(ctx, |synced| readiness.set(Role::Leader { synced })) => Ok(()),
     }
 }
 
@@ -106,8 +128,9 @@ async fn lead(
 /// capacity, or a new link test: any group may be waiting for capacity, so every group is
 /// looked at) trigger reconciles; a reconcile also requeues itself for the moment its
 /// newest link results turn stale. Runs until its future is dropped (shutdown or lost
-/// leadership); reconciles are idempotent, so stopping mid-way is safe.
-pub async fn controller(ctx: Arc<Context>) {
+/// leadership); reconciles are idempotent, so stopping mid-way is safe. `on_synced(true)`
+/// is called once the `HcommGroup` and `HcommNode` stores have their first full list.
+pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
     let client = ctx.client.clone();
     let (groups, pods): (Api<HcommGroup>, Api<Pod>) = match &ctx.namespace {
         Some(ns) => (
@@ -117,11 +140,16 @@ pub async fn controller(ctx: Arc<Context>) {
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
     let nodes: Api<HcommNode> = Api::all(client);
-    let node_changes = watcher(nodes, watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
-        .filter_map(|node| async move { node.ok().map(|_| ()) });
-    Controller::new(groups, watcher::Config::default())
+    let (node_store, node_writer) = reflector::store();
+    let node_changes = reflector::reflector(
+        node_writer,
+        watcher(nodes, watcher::Config::default()).default_backoff(),
+    )
+    .applied_objects()
+    .filter_map(|node| async move { node.ok().map(|_| ()) });
+    let controller = Controller::new(groups, watcher::Config::default());
+    let group_store = controller.store();
+    let run = controller
         .owns(pods, watcher::Config::default().labels(LABEL_GROUP))
         .reconcile_all_on(node_changes)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
@@ -129,8 +157,27 @@ pub async fn controller(ctx: Arc<Context>) {
             if let Err(error) = result {
                 tracing::debug!(%error, "reconcile attempt ended with an error");
             }
-        })
-        .await;
+        });
+    let synced = async {
+        if synced(&group_store).await && synced(&node_store).await {
+            info!("controller caches synced");
+            on_synced(true);
+        }
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        () = run => {}
+        () = synced => {}
+    }
+}
+
+/// Whether `store` received its first full list (false: its writer is gone).
+async fn synced<K>(store: &Store<K>) -> bool
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store.wait_until_ready().await.is_ok()
 }
 
 async fn stopped(mut rx: watch::Receiver<bool>) {

@@ -392,6 +392,33 @@ impl Operator {
         Ok(())
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, `TERM`, ...) to the process, with `kill`.
+    pub fn signal(&self, signal: &str) -> Result<()> {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.child.id().to_string()])
+            .status()?;
+        anyhow::ensure!(
+            status.success(),
+            "kill -{signal} {}: {status}",
+            self.child.id()
+        );
+        Ok(())
+    }
+
+    /// Waits up to `deadline` for the process to exit; its exit status.
+    pub async fn exited(&mut self, deadline: Duration) -> Result<std::process::ExitStatus> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if started.elapsed() > deadline {
+                bail!("{} still running after {deadline:?}", self.identity);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// The value of an unlabelled metric, once the server answers.
     pub async fn metric(&self, name: &str) -> Result<f64> {
         let text = wait_until(&format!("{} metrics", self.identity), || async {
