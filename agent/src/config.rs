@@ -102,8 +102,9 @@ impl AgentConfig {
             sources: InventorySources::default(),
             socket_path: "/run/hcomm/agent.sock".into(),
             allowed_uids: Vec::new(),
-            metrics_addr: "0.0.0.0:9464".parse().expect("valid"),
-            probe_port: 29499,
+            // The chart's agent.metricsPort and agent.dataPort (a test compares them).
+            metrics_addr: "0.0.0.0:7511".parse().expect("valid"),
+            probe_port: 7510,
             comm_port_base: 29600,
             probe_secret: Arc::new(INSECURE_DEFAULT_SECRET.to_vec()),
             group_secret_dir: None,

@@ -118,6 +118,18 @@ mod tests {
     }
 
     #[test]
+    fn the_default_port_is_the_charts() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/hcomm/values.yaml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let values: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let port = values["operator"]["metricsPort"].as_u64();
+        assert_eq!(
+            Some(u64::from(config(&[], |_| None).metrics_addr.port())),
+            port
+        );
+    }
+
+    #[test]
     fn the_charts_arguments_parse() {
         // operator-deployment.yaml, as `helm template` renders it with a watch namespace.
         let c = config(
