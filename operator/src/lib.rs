@@ -30,6 +30,7 @@ pub mod rank_table;
 pub mod readiness;
 pub mod reconcile;
 pub mod status;
+pub mod telemetry;
 
 use std::sync::Arc;
 

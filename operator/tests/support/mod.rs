@@ -349,6 +349,17 @@ impl Operator {
         kubeconfig: &std::path::Path,
         lease_namespace: &str,
     ) -> Result<Self> {
+        Self::start_with(cluster, identity, kubeconfig, lease_namespace, &[])
+    }
+
+    /// [`Operator::start_as`] with `extra` flags (e.g. `--log-format json`).
+    pub fn start_with(
+        cluster: &Cluster,
+        identity: &str,
+        kubeconfig: &std::path::Path,
+        lease_namespace: &str,
+        extra: &[&str],
+    ) -> Result<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -371,6 +382,7 @@ impl Operator {
                 "--lease-name",
                 "hcomm-operator",
             ])
+            .args(extra)
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,kube=warn,hcomm_operator=debug")
             .stdin(Stdio::null())
