@@ -121,8 +121,9 @@ impl AgentConfig {
             pod_sockets_dir: hcomm_crds::local_api::POD_SOCKETS_DIR.into(),
             local_api_callers: Default::default(),
             allowed_uids: Vec::new(),
-            metrics_addr: "0.0.0.0:9464".parse().expect("valid"),
-            probe_port: 29499,
+            // The chart's agent.metricsPort and agent.dataPort (a test compares them).
+            metrics_addr: "0.0.0.0:7511".parse().expect("valid"),
+            probe_port: 7510,
             comm_port_base: 29600,
             probe_secret: Arc::new(INSECURE_DEFAULT_SECRET.to_vec()),
             group_secret_dir: None,

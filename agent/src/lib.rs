@@ -27,6 +27,7 @@ pub mod local_api;
 pub mod member;
 pub mod metrics;
 pub mod nic;
+pub mod probes;
 pub mod run;
 pub mod weights;
 

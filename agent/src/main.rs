@@ -21,12 +21,7 @@ fn run_weights(w: &WeightsCommand) -> hcomm_agent::weights::Result<String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    hcomm_agent::cli::log_format::init(cli.log.log_format, "info");
     match cli.command {
         Command::Run(args) => hcomm_agent::run::run(args.into_config()?).await?,
         Command::Weights(w) => {

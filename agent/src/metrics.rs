@@ -299,20 +299,46 @@ impl Default for Metrics {
     }
 }
 
-/// Serves `/metrics` and `/healthz` on `listener` until `shutdown` resolves, admitting
+/// Serves `/metrics`, `/healthz`, and `/livez` and `/readyz` (from `probes`, 503 when
+/// failing; see [`crate::probes`]) on `listener` until `shutdown` resolves, admitting
 /// connections through `metrics.listeners.metrics` with its deadlines.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Metrics,
+    probes: std::sync::Arc<crate::probes::Probes>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use axum::http::StatusCode;
     use axum::routing::get;
     let guarded = crate::guarded::GuardedListener::new(
         listener,
         metrics.listeners.metrics.clone(),
         METRICS_CONNECTION_LIFETIME,
     );
+    let answer = |(ok, body): (bool, String)| {
+        let status = if ok {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        };
+        (status, body)
+    };
+    let live = probes.clone();
     let app = axum::Router::new()
+        .route(
+            "/livez",
+            get(move || {
+                let probes = live.clone();
+                async move { answer(probes.live()) }
+            }),
+        )
+        .route(
+            "/readyz",
+            get(move || {
+                let probes = probes.clone();
+                async move { answer(probes.ready()) }
+            }),
+        )
         .route(
             "/metrics",
             get(move || {
@@ -355,7 +381,34 @@ mod tests {
     async fn metrics_and_healthz_are_served_over_http() {
         let l = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = l.local_addr().unwrap();
-        tokio::spawn(serve(l, Metrics::new(), std::future::pending()));
+        let probes = std::sync::Arc::new(crate::probes::Probes::new(|| true));
+        tokio::spawn(serve(
+            l,
+            Metrics::new(),
+            probes.clone(),
+            std::future::pending(),
+        ));
+        let status_line = |path: &'static str| async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut text = String::new();
+            s.read_to_string(&mut text).await.unwrap();
+            text
+        };
+        assert!(status_line("/livez").await.starts_with("HTTP/1.0 200"));
+        let not_ready = status_line("/readyz").await;
+        assert!(not_ready.starts_with("HTTP/1.0 503"), "{not_ready}");
+        assert!(
+            not_ready.contains("HcommNode not registered"),
+            "{not_ready}"
+        );
+        probes.set_registered();
+        probes.set_api_bound();
+        let ready = status_line("/readyz").await;
+        assert!(ready.starts_with("HTTP/1.0 200"), "{ready}");
         let body = crate::diagnose::collect::tests_support::get(&format!("http://{addr}/metrics"))
             .await
             .unwrap();

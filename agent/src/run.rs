@@ -2,6 +2,8 @@
 //! publishing, the link-probe server and the weights chunk server on the data address, the
 //! local worker API, metrics, the member driver (weight sync through
 //! [`EngineSyncer`] into the node's [`WeightStore`]) and the health probes — and shuts them down on SIGTERM/Ctrl-C.
+//! The metrics server (with `/livez` and `/readyz`, see [`crate::probes`]) starts first, so
+//! a starting agent is live and says what it still lacks before it is ready.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use crate::local_api::caller::CallerCheck;
 use crate::local_api::server::{self as api_server, Serves};
 use crate::member::weights_authority::KubeAuthority;
 use crate::member::weights_sync::EngineSyncer;
+use crate::probes::Probes;
 use crate::weights::{ChunkServer, CurrentLink, GroupSecret, ServerConfig, WeightStore, gc};
 
 async fn refresh_inventory(ctx: &Context) -> Result<()> {
@@ -99,6 +102,33 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     let mut ctx = Context::new(cfg, client, Arc::new(syncer));
     ctx.group_secrets = group_secrets.clone();
     let ctx = Arc::new(ctx);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    // Health endpoints first: /livez answers, and /readyz says what is missing, while the
+    // agent registers its node.
+    let groups_known = ctx.groups_here.subscribe();
+    let probes = Arc::new(Probes::new(move || groups_known.borrow().is_some()));
+    let heartbeat = tokio::spawn({
+        let probes = probes.clone();
+        async move { probes.heartbeat().await }
+    });
+    let metrics_l = crate::metrics::bind(ctx.cfg.metrics_addr)
+        .await
+        .map_err(Error::io(format!(
+            "bind metrics on {}",
+            ctx.cfg.metrics_addr
+        )))?;
+    let metrics_task = tokio::spawn(crate::metrics::serve(
+        metrics_l,
+        ctx.metrics.clone(),
+        probes.clone(),
+        stopped(),
+    ));
     // The first inventory must exist before members are verified against it.
     let mut first = refresh_inventory(&ctx).await;
     for _ in 0..5 {
@@ -110,6 +140,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         first = refresh_inventory(&ctx).await;
     }
     first?;
+    probes.set_registered();
     let data_ip = ctx
         .inventory
         .read()
@@ -120,14 +151,6 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
             Error::Config("no data interface found on this node (see --data-address)".into())
         })?;
     tracing::info!(node = %ctx.cfg.node_name, %data_ip, "agent starting");
-
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
 
     let probe_addr = SocketAddr::new(data_ip, ctx.cfg.probe_port);
     let probe_l = tokio::net::TcpListener::bind(probe_addr)
@@ -173,22 +196,12 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         );
     }
     tracing::info!(node_socket = %ctx.cfg.socket_path.display(), pod_sockets = %ctx.cfg.pod_sockets_dir.display(), callers = ?ctx.cfg.local_api_callers, "local API");
+    probes.set_api_bound();
     let api_task = tokio::spawn(api_server::serve(
         api_l,
         ctx.hub.clone(),
         ctx.cfg.local_api_access(),
         Serves::Node,
-        stopped(),
-    ));
-    let metrics_l = crate::metrics::bind(ctx.cfg.metrics_addr)
-        .await
-        .map_err(Error::io(format!(
-            "bind metrics on {}",
-            ctx.cfg.metrics_addr
-        )))?;
-    let metrics_task = tokio::spawn(crate::metrics::serve(
-        metrics_l,
-        ctx.metrics.clone(),
         stopped(),
     ));
     let inv_task = tokio::spawn(inventory_loop(ctx.clone()));
@@ -203,6 +216,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
     inv_task.abort();
+    heartbeat.abort();
     health_task.abort();
     group_watch.abort();
     if let Some(t) = gc_task {

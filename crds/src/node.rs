@@ -18,6 +18,8 @@ use serde::{Deserialize, Serialize};
     group = "hcomm.io",
     version = "v1alpha1",
     kind = "HcommNode",
+    // Without `doc`, kube's derive says "Auto-generated derived type ..." (see HcommGroup).
+    doc = "What hcomm knows about one node: its devices, NICs, topology and software, published by the node's agent. Named after the Kubernetes Node.",
     plural = "hcommnodes",
     shortname = "hcn",
     category = "hcomm",

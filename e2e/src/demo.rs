@@ -69,6 +69,7 @@ impl std::fmt::Display for Summary {
 }
 
 /// Progress lines on stdout, stamped with the time since the demo began.
+#[derive(Debug, Clone, Copy)]
 pub struct Clock(Instant);
 
 impl Clock {

@@ -749,3 +749,26 @@ async fn helm_installs_into_a_real_control_plane_with_minimal_rbac() -> Result<(
     cp.stop()?;
     Ok(())
 }
+
+#[test]
+fn the_probes_use_the_health_endpoints_on_the_metrics_ports() -> Result<()> {
+    let docs = render(&[])?;
+    let agent = &find(&docs, "DaemonSet", "-agent")?["spec"]["template"]["spec"]["containers"][0];
+    let operator =
+        &find(&docs, "Deployment", "-operator")?["spec"]["template"]["spec"]["containers"][0];
+    for (container, live, port) in [(agent, "/livez", 7511), (operator, "/healthz", 8080)] {
+        assert_eq!(
+            container["livenessProbe"]["httpGet"]["path"],
+            Value::from(live)
+        );
+        assert_eq!(
+            container["readinessProbe"]["httpGet"]["path"],
+            Value::from("/readyz")
+        );
+        for probe in ["livenessProbe", "readinessProbe"] {
+            assert_eq!(container[probe]["httpGet"]["port"], Value::from("metrics"));
+        }
+        assert_eq!(container["ports"][0]["containerPort"], Value::from(port));
+    }
+    Ok(())
+}

@@ -94,3 +94,80 @@ fn scaleout_bench_help_lists_its_options() {
     version_is_the_workspace_version(SCALEOUT_BENCH, &["--version"]);
     unknown_flag_is_named(SCALEOUT_BENCH, &["--bogus-flag"]);
 }
+
+#[test]
+fn demo_help_names_its_modes_environment_and_first_build() {
+    help_names(
+        DEMO,
+        &["--help"],
+        &[
+            "Modes:",
+            "--loopback",
+            "network namespace",
+            "HCOMM_E2E_KEEP_STATE",
+            "KUBEBUILDER_ASSETS",
+            "HCOMM_CACHE_DIR",
+            "HCOMM_DEMO_LOG",
+            "HCOMM_LOG_FORMAT",
+            "--log-format",
+            "10 minutes",
+        ],
+    );
+}
+
+/// A stand-in for `go build -v -o DIR/ PACKAGES...`: lists the packages, writes an empty
+/// program per package (named as `go build` names it), and takes 11 s for the kube
+/// module, past one progress interval.
+const FAKE_GO: &str = r#"#!/bin/sh
+out=""; prev=""; seen=0
+for a in "$@"; do
+  if [ "$seen" = 1 ]; then
+    name=$(basename "$a")
+    case "$name" in v[0-9]*) name=$(basename "$(dirname "$a")");; esac
+    echo "$a"
+    printf '#!/bin/sh\n' > "$out$name"; chmod +x "$out$name"
+  fi
+  if [ "$prev" = "-o" ]; then out="$a"; seen=1; fi
+  prev="$a"
+done
+case "$(pwd -P)" in */kube) sleep 11;; esac
+"#;
+
+#[test]
+fn building_the_kubernetes_binaries_reports_progress_while_it_runs() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("hcomm-cli-progress-{}", std::process::id()));
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let go = bin.join("go");
+    std::fs::write(&go, FAKE_GO).unwrap();
+    std::fs::set_permissions(&go, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let started = std::time::Instant::now();
+    let out = Command::new(DEVCLUSTER)
+        .arg("build")
+        .env("PATH", path)
+        .env("HCOMM_CACHE_DIR", dir.join("cache"))
+        .env_remove("KUBEBUILDER_ASSETS")
+        .env_remove("HCOMM_HELM")
+        .env_remove("HCOMM_PROMTOOL")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "{out:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    for part in [
+        "building kube (etcd, kube-apiserver",
+        "started (log:",
+        "s elapsed, 5 packages compiled (last: k8s.io/kubernetes/cmd/kubectl)",
+        "finished in 1",
+        "building kwok",
+    ] {
+        assert!(err.contains(part), "{part} missing:\n{err}");
+    }
+}

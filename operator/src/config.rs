@@ -14,6 +14,7 @@ use clap::Parser;
 use k8s_openapi::jiff::SignedDuration;
 
 use crate::links::LinkPolicy;
+use crate::telemetry::LogFormat;
 
 /// Operator settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +31,8 @@ pub struct Config {
     pub identity: String,
     /// How link tests are judged for the `LinksHealthy` condition.
     pub links: LinkPolicy,
+    /// How log lines are written.
+    pub log_format: LogFormat,
 }
 
 /// The `hcomm-operator` command line.
@@ -70,6 +73,9 @@ pub struct Args {
           default_value_t = LinkPolicy::default().slow_after.as_millis() as i64,
           value_parser = clap::value_parser!(i64).range(1..))]
     pub link_slow_millis: i64,
+    /// Log line format: text for people, json for log pipelines (span fields included).
+    #[arg(long, value_enum, env = "HCOMM_LOG_FORMAT", default_value_t)]
+    pub log_format: LogFormat,
 }
 
 impl Config {
@@ -94,6 +100,7 @@ impl Config {
                 stale_after: SignedDuration::from_secs(args.link_stale_seconds),
                 slow_after: SignedDuration::from_millis(args.link_slow_millis),
             },
+            log_format: args.log_format,
         }
     }
 }
@@ -115,6 +122,18 @@ mod tests {
     #[test]
     fn the_command_line_definition_is_consistent() {
         Args::command().debug_assert();
+    }
+
+    #[test]
+    fn the_default_port_is_the_charts() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/hcomm/values.yaml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let values: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let port = values["operator"]["metricsPort"].as_u64();
+        assert_eq!(
+            Some(u64::from(config(&[], |_| None).metrics_addr.port())),
+            port
+        );
     }
 
     #[test]
@@ -186,6 +205,7 @@ mod tests {
             ("identity", "HCOMM_IDENTITY"),
             ("link-stale-seconds", "HCOMM_LINK_STALE_SECONDS"),
             ("link-slow-millis", "HCOMM_LINK_SLOW_MILLIS"),
+            ("log-format", "HCOMM_LOG_FORMAT"),
         ] {
             let arg = command
                 .get_arguments()

@@ -7,7 +7,8 @@
 //! writes Pods ([`pod_builder`]), drain requests and the rank table ([`rank_table`]);
 //! [`status`] reports members, topology and conditions (link health judged by [`links`]
 //! from the agents' `HcommNode` link tests); [`events`] publishes what changed.
-//! [`leader`] makes sure only one replica acts; [`metrics`] serves Prometheus metrics.
+//! [`leader`] makes sure only one replica acts; [`metrics`] serves Prometheus metrics and
+//! the health endpoints, `/readyz` answering from [`readiness`].
 
 pub mod affinity;
 pub mod allocation;
@@ -28,8 +29,10 @@ pub mod planner;
 pub mod pod_builder;
 pub mod podgroup;
 pub mod rank_table;
+pub mod readiness;
 pub mod reconcile;
 pub mod status;
+pub mod telemetry;
 pub mod watches;
 
 use std::sync::Arc;
@@ -38,6 +41,7 @@ use futures::StreamExt;
 use hcomm_crds::contract::LABEL_GROUP;
 use hcomm_crds::{HcommGroup, HcommNode};
 use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::sync::watch;
@@ -49,6 +53,7 @@ pub use error::{Error, Result};
 use context::Context;
 use leader::Elector;
 use metrics::Metrics;
+use readiness::{Readiness, Role};
 
 /// Runs the operator: metrics server, leader election, and — while leader — the
 /// `HcommGroup` controller. Returns on SIGTERM/SIGINT (after releasing the Lease) or with
@@ -58,6 +63,7 @@ pub async fn run(config: Config) -> Result<()> {
         "build client from KUBECONFIG or in-cluster config",
     ))?;
     let metrics = Arc::new(Metrics::new());
+    let readiness = Arc::new(Readiness::default());
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = tokio::net::TcpListener::bind(config.metrics_addr)
         .await
@@ -66,7 +72,12 @@ pub async fn run(config: Config) -> Result<()> {
             source,
         })?;
     info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving metrics");
-    let server = tokio::spawn(metrics::serve(listener, metrics.clone(), stopped(stop_rx)));
+    let server = tokio::spawn(metrics::serve(
+        listener,
+        metrics.clone(),
+        readiness.clone(),
+        stopped(stop_rx),
+    ));
 
     let elector = Elector::new(
         client.clone(),
@@ -76,9 +87,10 @@ pub async fn run(config: Config) -> Result<()> {
     );
     let result = tokio::select! {
         () = shutdown_signal() => Ok(()),
-        result = lead(client, &config, metrics.clone(), &elector) => result,
+        result = lead(client, &config, metrics.clone(), &readiness, &elector) => result,
     };
     metrics.leader.set(0);
+    readiness.set(Role::Starting);
     elector.release().await;
     let _ = stop_tx.send(true);
     if let Ok(Err(error)) = server.await {
@@ -87,15 +99,25 @@ pub async fn run(config: Config) -> Result<()> {
     result
 }
 
-/// Becomes leader, then runs the controller until leadership is lost.
+/// Becomes leader, then runs the controller until leadership is lost. The renewal is
+/// polled first (`biased`): a leader resumed after a pause longer than the renew deadline
+/// steps down before its controller is polled again.
 async fn lead(
     client: Client,
     config: &Config,
     metrics: Arc<Metrics>,
+    readiness: &Readiness,
     elector: &Elector,
 ) -> Result<()> {
-    elector.acquire().await;
+    elector
+        .acquire(|holder| {
+            readiness.set(holder.map_or(Role::Starting, |holder| Role::Standby {
+                holder: holder.to_owned(),
+            }))
+        })
+        .await;
     metrics.leader.set(1);
+    readiness.set(Role::Leader { synced: false });
     let mut ctx = Context::new(client, metrics, config.namespace.clone(), &config.identity);
     ctx.links = config.links;
     // The release namespace: the Lease's, as the chart sets it.
@@ -117,8 +139,9 @@ async fn lead(
     }
     let ctx = Arc::new(ctx);
     tokio::select! {
-        () = controller(ctx) => Ok(()),
+        biased;
         lost = elector.keep() => Err(lost),
+        () = controller(ctx, |synced| readiness.set(Role::Leader { synced })) => Ok(()),
     }
 }
 
@@ -126,8 +149,9 @@ async fn lead(
 /// capacity, or a new link test: any group may be waiting for capacity, so every group is
 /// looked at) trigger reconciles; a reconcile also requeues itself for the moment its
 /// newest link results turn stale. Runs until its future is dropped (shutdown or lost
-/// leadership); reconciles are idempotent, so stopping mid-way is safe.
-pub async fn controller(ctx: Arc<Context>) {
+/// leadership); reconciles are idempotent, so stopping mid-way is safe. `on_synced(true)`
+/// is called once the `HcommGroup` and `HcommNode` stores have their first full list.
+pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
     let client = ctx.client.clone();
     let (groups, pods): (Api<HcommGroup>, Api<Pod>) = match &ctx.namespace {
         Some(ns) => (
@@ -141,14 +165,19 @@ pub async fn controller(ctx: Arc<Context>) {
     // their HcommNode every few seconds (issue 20: 200 nodes kept 50 groups reconciling
     // without pause, seconds behind a scale request).
     let mut relevant = watches::NodeChanges::new(ctx.links);
-    let node_changes = watcher(nodes, watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
-        .filter_map(move |node| {
-            let changed = node.ok().filter(|n| relevant.changed(n)).map(|_| ());
-            async move { changed }
-        });
-    Controller::new(groups, watcher::Config::default())
+    let (node_store, node_writer) = reflector::store();
+    let node_changes = reflector::reflector(
+        node_writer,
+        watcher(nodes, watcher::Config::default()).default_backoff(),
+    )
+    .applied_objects()
+    .filter_map(move |node| {
+        let changed = node.ok().filter(|n| relevant.changed(n)).map(|_| ());
+        async move { changed }
+    });
+    let controller = Controller::new(groups, watcher::Config::default());
+    let group_store = controller.store();
+    let run = controller
         .owns(pods, watcher::Config::default().labels(LABEL_GROUP))
         .reconcile_all_on(node_changes)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
@@ -156,8 +185,27 @@ pub async fn controller(ctx: Arc<Context>) {
             if let Err(error) = result {
                 tracing::debug!(%error, "reconcile attempt ended with an error");
             }
-        })
-        .await;
+        });
+    let synced = async {
+        if synced(&group_store).await && synced(&node_store).await {
+            info!("controller caches synced");
+            on_synced(true);
+        }
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        () = run => {}
+        () = synced => {}
+    }
+}
+
+/// Whether `store` received its first full list (false: its writer is gone).
+async fn synced<K>(store: &Store<K>) -> bool
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store.wait_until_ready().await.is_ok()
 }
 
 async fn stopped(mut rx: watch::Receiver<bool>) {

@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 use hcomm_crds::MemberPhase;
 
 use crate::links::LinkCounts;
+use crate::readiness::Readiness;
 
 /// Every metric the operator exports.
 #[derive(Debug, Clone)]
@@ -175,15 +176,26 @@ impl Metrics {
 }
 
 /// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until `shutdown` completes.
+/// `/readyz` answers from `readiness` (503 until ready; see [`crate::readiness`]).
 pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let readyz = get(move || async move {
+        let (ready, body) = readiness.verdict();
+        let status = if ready {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        };
+        (status, body)
+    });
     let app = Router::new()
         .route("/metrics", get(render))
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { "ok" }))
+        .route("/readyz", readyz)
         .with_state(metrics);
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)

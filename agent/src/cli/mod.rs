@@ -9,6 +9,7 @@
 //! value, except the ones that collect (`--allowed-uid`, `--log-path`).
 
 pub mod diagnose;
+pub mod log_format;
 pub mod run;
 pub mod secret;
 pub mod weights;
@@ -30,6 +31,8 @@ pub use secret::CHART_SECRET_PATH;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    #[command(flatten)]
+    pub log: log_format::LogArgs,
 }
 
 /// What to do.

@@ -232,6 +232,22 @@ mod tests {
     }
 
     #[test]
+    fn the_default_ports_are_the_charts() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/hcomm/values.yaml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let values: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let port = |key: &str| {
+            values["agent"][key]
+                .as_u64()
+                .unwrap_or_else(|| panic!("agent.{key} in {path}")) as u16
+        };
+        let c = run("--node-name n1 --insecure-default-secret").unwrap();
+        assert_eq!(c.metrics_addr.port(), port("metricsPort"));
+        assert_eq!(c.probe_port, port("dataPort"));
+        assert_eq!(c.weights_port, port("weightsPort"));
+    }
+
+    #[test]
     fn run_flags_fill_the_config_in_both_spellings() {
         let c = run("--insecure-default-secret --node-name n1 --data-address=198.18.0.10 --cpu-devices 2 --allowed-uid 0 --allowed-uid 1000 --health-interval-secs 0.5").unwrap();
         assert_eq!(c.node_name, "n1");

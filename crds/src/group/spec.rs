@@ -24,6 +24,9 @@ use super::HcommGroupStatus;
     group = "hcomm.io",
     version = "v1alpha1",
     kind = "HcommGroup",
+    // Without `doc`, kube's derive describes the resource as "Auto-generated derived type
+    // for HcommGroupSpec via `CustomResource`"; this is what `kubectl explain` shows first.
+    doc = "An elastic pool of inference workers (members) that share one collective-communication domain. hcomm places members on nodes, gives them ranks and devices, verifies their network, syncs their weights, and grows or shrinks the domain without stopping the members that serve.",
     plural = "hcommgroups",
     shortname = "hcg",
     category = "hcomm",

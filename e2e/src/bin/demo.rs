@@ -29,6 +29,24 @@ use hcomm_e2e::testbed::{HostsMode, binaries};
                   Hosts: as root, network namespaces with their own NICs; without root, or with \
                   --loopback, loopback addresses. Logs stay in the folder printed at the start \
                   when HCOMM_E2E_KEEP_STATE=1.",
+    after_help = "Modes:\n  \
+                  (default)   as root: one network namespace per host, with data and management \
+                  NICs and NPU ports\n  \
+                  --loopback  hosts on loopback addresses (what a run without root gets)\n\n\
+                  Environment:\n  \
+                  HCOMM_E2E_KEEP_STATE=1  keep every process's log and each published rank \
+                  table; prints state_dir=<path>\n  \
+                  KUBEBUILDER_ASSETS=DIR  use the etcd, kube-apiserver and kubectl found there \
+                  (as setup-envtest sets it) instead of building them\n  \
+                  HCOMM_CACHE_DIR=DIR     where the built Kubernetes binaries are kept \
+                  (default ~/.cache/hcomm)\n  \
+                  HCOMM_DEMO_LOG=FILTER   the demo's own log filter (tracing syntax; default \
+                  warn)\n  \
+                  HCOMM_LOG_FORMAT=json   JSON log lines from the demo and, inherited, from \
+                  every hcomm process it starts\n  \
+                  RUST_LOG=FILTER         log filter of the hcomm processes it starts\n\n\
+                  The first run builds the Kubernetes binaries from pinned Go modules into \
+                  ~/.cache/hcomm (about 10 minutes on 2 cores) and prints progress meanwhile.",
     args_override_self = true
 )]
 struct Cli {
@@ -46,6 +64,36 @@ struct Cli {
     /// gets), instead of network namespaces.
     #[arg(long)]
     loopback: bool,
+    /// Log line format of the demo's own logs: text, or json (span fields included).
+    #[arg(long, value_enum, env = "HCOMM_LOG_FORMAT", default_value_t)]
+    log_format: LogFormat,
+}
+
+/// How the demo's log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable text.
+    #[default]
+    Text,
+    /// One JSON object per line, with the span fields.
+    Json,
+}
+
+/// Installs the demo's subscriber on stderr: `HCOMM_DEMO_LOG`, else warnings only.
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HCOMM_DEMO_LOG")
+        .unwrap_or_else(|_| "warn,kube_client=off".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init(),
+    }
 }
 
 fn hosts(s: &str) -> Result<usize, String> {
@@ -72,20 +120,17 @@ impl Cli {
 
 fn main() -> ExitCode {
     // Help and version exit 0, a bad flag 2.
-    let options = Cli::parse().options();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("HCOMM_DEMO_LOG")
-                .unwrap_or_else(|_| "warn,kube_client=off".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let options = cli.options();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("tokio runtime");
     let clock = Clock::start();
+    // The first run builds the Kubernetes binaries for ~10 minutes: say so as it goes.
+    hcomm_e2e::controlplane::progress::on_progress(move |line| clock.say(line));
     clock.say("building hcomm-agent, hcomm-operator, hcomm-worker, hcomm-router");
     let result = binaries::build_programs()
         .context("build")

@@ -18,6 +18,11 @@ use tracing::{info, warn};
 
 use super::error::{Error, Result};
 use super::process::log_tail;
+use super::progress::{PROGRESS_EVERY, report, wait_with_progress};
+
+/// Deadline of one module's `go build` (a cold Kubernetes build takes ~10 minutes on 2
+/// cores; a slow disk or a first module download several times that).
+const BUILD_DEADLINE: std::time::Duration = std::time::Duration::from_secs(90 * 60);
 
 /// Where the Go modules that pin the binaries live.
 const MODULES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/k8s");
@@ -198,7 +203,14 @@ fn ensure_built(module: GoModule) -> Result<PathBuf> {
     let lock_path = root.join(format!(".{}.lock", module.name));
     let lock = File::create(&lock_path).map_err(Error::io("create lock", &lock_path))?;
     info!(lock = %lock_path.display(), "taking the build lock (waits while another process builds)");
-    lock.lock().map_err(Error::io("lock", &lock_path))?;
+    if lock.try_lock().is_err() {
+        report(&format!(
+            "waiting for another process's build of the {} binaries (lock {})",
+            module.name,
+            lock_path.display()
+        ));
+        lock.lock().map_err(Error::io("lock", &lock_path))?;
+    }
     // Someone else may have built it while we waited.
     if is_complete(module, &done) {
         return Ok(done);
@@ -310,12 +322,24 @@ fn go_build(module: GoModule, source: &Path, out: &Path, log: &Path) -> Result<(
         .map_err(Error::io("create build log", log))?;
     let mut out_arg = out.as_os_str().to_owned();
     out_arg.push("/");
-    let status = Command::new(&go)
+    let step = format!(
+        "building {} ({}) {version} with go, once per pin",
+        module.name,
+        module
+            .binaries
+            .iter()
+            .map(|(binary, _)| *binary)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut child = Command::new(&go)
         .current_dir(source)
         .env("CGO_ENABLED", "0")
         .env("GOTOOLCHAIN", "local")
         .env("GOFLAGS", "-buildvcs=false -mod=readonly")
         .arg("build")
+        // -v lists each package as it is compiled: the progress lines count them.
+        .arg("-v")
         .arg("-trimpath")
         .arg(format!("-ldflags={}", ldflags(module, &version)))
         .arg("-o")
@@ -324,10 +348,15 @@ fn go_build(module: GoModule, source: &Path, out: &Path, log: &Path) -> Result<(
         .stdin(Stdio::null())
         .stdout(log_file)
         .stderr(log_err)
-        .status()
+        .spawn()
         .map_err(|error| Error::Command {
             command: format!("{} build", go.display()),
             message: format!("{error} (is Go installed? set PATH or KUBEBUILDER_ASSETS)"),
+        })?;
+    let status = wait_with_progress(&mut child, &step, log, PROGRESS_EVERY, BUILD_DEADLINE)
+        .map_err(|error| Error::Command {
+            command: format!("go build ({})", source.display()),
+            message: format!("{error}; log {}:\n{}", log.display(), log_tail(log)),
         })?;
     if !status.success() {
         return Err(Error::Command {

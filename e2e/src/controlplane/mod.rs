@@ -38,6 +38,7 @@ mod error;
 mod health;
 mod kubeconfig;
 mod process;
+pub mod progress;
 mod start;
 mod statedir;
 

@@ -48,6 +48,8 @@ pub struct WorkerArgs {
     /// Bound of one exchange with the agent [default: 2s].
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub agent_timeout: Option<Duration>,
+    #[command(flatten)]
+    pub log: hcomm_agent::cli::log_format::LogArgs,
 }
 
 impl WorkerArgs {

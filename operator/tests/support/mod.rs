@@ -349,6 +349,17 @@ impl Operator {
         kubeconfig: &std::path::Path,
         lease_namespace: &str,
     ) -> Result<Self> {
+        Self::start_with(cluster, identity, kubeconfig, lease_namespace, &[])
+    }
+
+    /// [`Operator::start_as`] with `extra` flags (e.g. `--log-format json`).
+    pub fn start_with(
+        cluster: &Cluster,
+        identity: &str,
+        kubeconfig: &std::path::Path,
+        lease_namespace: &str,
+        extra: &[&str],
+    ) -> Result<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -371,6 +382,7 @@ impl Operator {
                 "--lease-name",
                 "hcomm-operator",
             ])
+            .args(extra)
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,kube=warn,hcomm_operator=debug")
             .stdin(Stdio::null())
@@ -390,6 +402,33 @@ impl Operator {
         self.child.kill()?;
         self.child.wait()?;
         Ok(())
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `TERM`, ...) to the process, with `kill`.
+    pub fn signal(&self, signal: &str) -> Result<()> {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.child.id().to_string()])
+            .status()?;
+        anyhow::ensure!(
+            status.success(),
+            "kill -{signal} {}: {status}",
+            self.child.id()
+        );
+        Ok(())
+    }
+
+    /// Waits up to `deadline` for the process to exit; its exit status.
+    pub async fn exited(&mut self, deadline: Duration) -> Result<std::process::ExitStatus> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if started.elapsed() > deadline {
+                bail!("{} still running after {deadline:?}", self.identity);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// The value of an unlabelled metric, once the server answers.

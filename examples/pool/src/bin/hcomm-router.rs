@@ -42,6 +42,8 @@ use hcomm_examples::router::{self, Balancer, Dispatcher, HttpClient};
 struct Cli {
     #[command(subcommand)]
     command: Sub,
+    #[command(flatten)]
+    log: hcomm_agent::cli::log_format::LogArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -169,12 +171,7 @@ impl Common {
 async fn main() -> anyhow::Result<()> {
     // Help and version exit 0, a bad flag 2.
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    hcomm_agent::cli::log_format::init(cli.log.log_format, "info");
     match cli.command {
         Sub::Serve(args) => serve(args).await,
         Sub::Load(args) => {

@@ -9,12 +9,7 @@ use hcomm_examples::worker;
 async fn main() -> anyhow::Result<()> {
     // Help and version exit 0, a bad flag 2.
     let args = WorkerArgs::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    hcomm_agent::cli::log_format::init(args.log.log_format, "info");
     let cfg = args.into_config(std::env::var("POD_IP").ok().as_deref())?;
     let w = worker::start(cfg).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
