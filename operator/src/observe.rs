@@ -43,13 +43,6 @@ pub struct Observed {
 pub async fn fetch(ctx: &Context, group: &HcommGroup) -> Result<Observed> {
     let name = group.name_any();
     let namespace = group.namespace().unwrap_or_default();
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-    let own = pods
-        .list(&ListParams::default().labels(&format!("{LABEL_GROUP}={name}")))
-        .await
-        .map_err(Error::kube(format!(
-            "list member Pods of {namespace}/{name}"
-        )))?;
     let all_members: Api<Pod> = match &ctx.namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
@@ -90,9 +83,11 @@ pub async fn fetch(ctx: &Context, group: &HcommGroup) -> Result<Observed> {
         )))?;
 
     let uid = group.meta().uid.clone();
-    let members = own
+    // The group's own Pods are among every group's (one list, not two: issue 20).
+    let members = every
         .items
         .iter()
+        .filter(|pod| of_group(pod, &namespace, &name))
         .filter(|pod| owned_by(pod, uid.as_deref()))
         .filter_map(|pod| phase::observe(pod, resource))
         .collect();
@@ -108,6 +103,12 @@ pub async fn fetch(ctx: &Context, group: &HcommGroup) -> Result<Observed> {
         recorded: recorded(config_map.as_ref(), group),
         config_map,
     })
+}
+
+/// Whether `pod` is in `namespace` and labelled as a member of group `name`.
+fn of_group(pod: &Pod, namespace: &str, name: &str) -> bool {
+    pod.namespace().as_deref() == Some(namespace)
+        && pod.labels().get(LABEL_GROUP).map(String::as_str) == Some(name)
 }
 
 fn owned_by(pod: &Pod, uid: Option<&str>) -> bool {
@@ -328,6 +329,22 @@ mod tests {
             ])),
             ..ConfigMap::default()
         }
+    }
+
+    #[test]
+    fn a_groups_own_pods_are_picked_from_every_groups_by_namespace_and_label() {
+        let pod = |ns: &str, group: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": ns, "labels": {LABEL_GROUP: group}}
+            }))
+            .unwrap()
+        };
+        assert!(of_group(&pod("ns", "g"), "ns", "g"));
+        assert!(
+            !of_group(&pod("other", "g"), "ns", "g"),
+            "same name, other namespace"
+        );
+        assert!(!of_group(&pod("ns", "g2"), "ns", "g"));
     }
 
     fn set(names: &[&str]) -> BTreeSet<String> {
