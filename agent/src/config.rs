@@ -98,6 +98,12 @@ impl AgentConfig {
         }
     }
 
+    /// The node's own service ports (the agent's probe, weights and metrics ports): no
+    /// endpoint a rank table yields may be one of them (see `member::ranktable`).
+    pub fn service_ports(&self) -> Vec<u16> {
+        vec![self.probe_port, self.weights_port, self.metrics_addr.port()]
+    }
+
     /// Who may call the local API (both the node socket and the Pods' sockets).
     pub fn local_api_access(&self) -> crate::local_api::server::Access {
         crate::local_api::server::Access {
@@ -157,8 +163,12 @@ pub struct Context {
     pub recorder: kube::runtime::events::Recorder,
     /// Latest link tests, published in `HcommNode.status.linkTests`.
     pub link_tests: Mutex<Vec<LinkTestResult>>,
-    /// Peers (node, data address) of the members on this node, for the health probes.
+    /// Peers (node, data address) of the members on this node, for the health probes: the
+    /// union of [`Context::member_peers`], recomputed whenever a member's set changes.
     pub peers: Mutex<Vec<(String, String)>>,
+    /// Each member's peers (by member key) from its latest plan: replaced at every epoch it
+    /// joins and dropped when it ends, so peers that left the table are no longer probed.
+    pub member_peers: Mutex<std::collections::BTreeMap<String, Vec<(String, String)>>>,
     /// The groups, as (namespace, group), with a member Pod on this node; None until the
     /// member driver has listed the node's Pods once. Weights cleanup removes the link of
     /// a group that has had none here for its grace.
@@ -202,18 +212,30 @@ impl Context {
             recorder,
             link_tests: Mutex::new(Vec::new()),
             peers: Mutex::new(Vec::new()),
+            member_peers: Mutex::new(Default::default()),
             groups_here: tokio::sync::watch::Sender::new(None),
             nudges: Default::default(),
         }
     }
 
-    /// Remembers peers of a member for the health probes.
-    pub fn add_peers(&self, peers: &[(String, String)]) {
-        let mut p = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        for x in peers {
-            if !p.contains(x) {
-                p.push(x.clone());
+    /// Sets member `key`'s peers for the health probes (None: the member is gone), and
+    /// recomputes the union the probes read.
+    pub fn set_member_peers(&self, key: &str, peers: Option<&[(String, String)]>) {
+        let mut by_member = self.member_peers.lock().unwrap_or_else(|e| e.into_inner());
+        match peers {
+            Some(p) => {
+                by_member.insert(key.to_owned(), p.to_vec());
+            }
+            None => {
+                by_member.remove(key);
             }
         }
+        let mut union: Vec<(String, String)> = Vec::new();
+        for x in by_member.values().flatten() {
+            if !union.contains(x) {
+                union.push(x.clone());
+            }
+        }
+        *self.peers.lock().unwrap_or_else(|e| e.into_inner()) = union;
     }
 }

@@ -200,7 +200,7 @@ impl Verifier for NicVerifier {
             }
             let v = verify(&self.0, spec, socket_ifname, connect_timeout, table).await;
             if let Some(p) = &v.plan {
-                self.0.add_peers(&p.peers);
+                self.0.set_member_peers(&spec.key(), Some(&p.peers));
             }
             v
         }
@@ -234,6 +234,8 @@ async fn secret_missing(ctx: &Context, spec: &MemberSpec) -> Option<Verified> {
 /// it is joined.
 pub struct EngineDomain {
     ctx: Arc<Context>,
+    /// The member's key, for its peer set.
+    key: String,
     namespace: String,
     group: String,
     domain: Option<Domain>,
@@ -244,6 +246,7 @@ impl EngineDomain {
     pub fn new(ctx: Arc<Context>, spec: &MemberSpec) -> EngineDomain {
         EngineDomain {
             ctx,
+            key: spec.key(),
             namespace: spec.namespace.clone(),
             group: spec.group.clone(),
             domain: None,
@@ -303,8 +306,9 @@ impl CommDomain for EngineDomain {
             domain.join(&spec.plan, spec.epoch).await?;
             // A new epoch can bring members on hosts this agent has not verified against
             // (replacements, scale-outs): its health probes must reach them too, or their
-            // links stay unprobed and the group's LinksHealthy never turns True.
-            self.ctx.add_peers(&spec.plan.peers);
+            // links stay unprobed and the group's LinksHealthy never turns True. Peers
+            // that left the table are dropped here (the set is replaced, not extended).
+            self.ctx.set_member_peers(&self.key, Some(&spec.plan.peers));
             self.start_health();
             Ok(())
         }
@@ -392,6 +396,7 @@ impl Worker for HubWorker {
         if let Some(t) = &self.socket {
             self.ctx.pod_sockets.close(t, true);
         }
+        self.ctx.set_member_peers(&self.key, None);
         self.ctx.hub.remove(&self.key);
     }
 }

@@ -13,6 +13,8 @@
 
 use std::net::{IpAddr, SocketAddr};
 
+use hcomm_crds::contract::PodReason;
+
 pub use hcomm_crds::rank_table::{
     KEY_EPOCH, KEY_RANK_TABLE, RankTable, ServerView, ValidateOptions,
 };
@@ -122,6 +124,111 @@ pub fn plan(
     })
 }
 
+/// Highest device id a table may give: a node holds at most 64 NPUs, so a member's
+/// endpoint port stays within `comm_port_base ..= comm_port_base + 63`.
+pub const MAX_DEVICE_ID: i64 = 63;
+
+/// Ports of the node's own services that no table-derived endpoint may be: the kubelet
+/// (10250, read-only 10255) and kube-proxy (10249, 10256). The agent's own ports are
+/// added from its configuration ([`crate::config::AgentConfig::service_ports`]).
+pub const KUBE_NODE_PORTS: [u16; 4] = [10249, 10250, 10255, 10256];
+
+/// Why the agent will not connect where a rank table points: the table steers which
+/// addresses and ports the agent dials, so it must never point at the node itself, at
+/// link-local services (cloud metadata at 169.254.169.254) or at a node service.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PeerRefusal {
+    #[error("server {server}: {addr:?} is not an IP address")]
+    NotAnAddress { server: String, addr: String },
+    #[error("server {server}: {addr} is a {kind} address, never a peer")]
+    NotAPeerAddress {
+        server: String,
+        addr: IpAddr,
+        kind: &'static str,
+    },
+    #[error(
+        "server {server}: device id {device} is outside 0..={MAX_DEVICE_ID}, so its port would leave the comm port range"
+    )]
+    DeviceOutOfRange { server: String, device: i64 },
+    #[error("server {server}: port {port} is one of the node's service ports")]
+    ServicePort { server: String, port: u16 },
+}
+
+impl PeerRefusal {
+    /// The condition reason and Event reason of every refusal.
+    pub const REASON: PodReason = PodReason::PeerRefused;
+}
+
+/// The kind of address that is never a peer, if `ip` is one.
+fn not_a_peer(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        _ if ip.is_loopback() => Some("loopback"),
+        _ if ip.is_unspecified() => Some("unspecified"),
+        _ if ip.is_multicast() => Some("multicast"),
+        IpAddr::V4(v4) if v4.is_link_local() => Some("link-local"),
+        IpAddr::V4(v4) if v4.is_broadcast() => Some("broadcast"),
+        IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80 => Some("link-local"),
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .and_then(|v4| not_a_peer(IpAddr::V4(v4))),
+        IpAddr::V4(_) => None,
+    }
+}
+
+/// `addr` of `server` as a peer address, or why it cannot be one.
+pub fn peer_address(server: &str, addr: &str) -> Result<IpAddr, PeerRefusal> {
+    let ip: IpAddr = addr.parse().map_err(|_| PeerRefusal::NotAnAddress {
+        server: server.to_owned(),
+        addr: addr.to_owned(),
+    })?;
+    match not_a_peer(ip) {
+        Some(kind) => Err(PeerRefusal::NotAPeerAddress {
+            server: server.to_owned(),
+            addr: ip,
+            kind,
+        }),
+        None => Ok(ip),
+    }
+}
+
+/// Checks every address and port a control plan would dial or listen on: the root's and
+/// each peer's address, and the endpoint ports of every device in the table (so a forged
+/// device id cannot turn into the kubelet's port). `service_ports` are the node's own.
+pub fn check_peers(
+    table: &RankTable,
+    plan: &ControlPlan,
+    comm_port_base: u16,
+    service_ports: &[u16],
+) -> Result<(), PeerRefusal> {
+    for (server, addr) in &plan.peers {
+        peer_address(server, addr)?;
+    }
+    for s in table.servers() {
+        peer_address(s.server_id, s.host_address())?;
+        for d in &s.devices {
+            let device = i64::from(d.device_id);
+            if !(0..=MAX_DEVICE_ID).contains(&device) {
+                return Err(PeerRefusal::DeviceOutOfRange {
+                    server: s.server_id.to_owned(),
+                    device,
+                });
+            }
+            let port = i64::from(comm_port_base) + device;
+            let port = u16::try_from(port).map_err(|_| PeerRefusal::DeviceOutOfRange {
+                server: s.server_id.to_owned(),
+                device,
+            })?;
+            if service_ports.contains(&port) || KUBE_NODE_PORTS.contains(&port) {
+                return Err(PeerRefusal::ServicePort {
+                    server: s.server_id.to_owned(),
+                    port,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,5 +311,72 @@ mod tests {
                 .unwrap_err()
                 .contains("[7]")
         );
+    }
+
+    fn table_with(host: &str, device: &str) -> RankTable {
+        parse(&format!(
+            r#"{{"version":"1.0","server_count":"2","status":"completed","server_list":[
+            {{"server_id":"host-0","host_ip":"198.18.0.10","device":[{{"device_id":"0","rank_id":"0"}}]}},
+            {{"server_id":"evil","host_ip":"{host}","device":[{{"device_id":"{device}","rank_id":"1"}}]}}]}}"#
+        ))
+        .unwrap()
+    }
+
+    fn check(host: &str, device: &str, base: u16) -> Result<(), PeerRefusal> {
+        let t = table_with(host, device);
+        let p = plan(&t, "host-0", None, &[0], base).unwrap();
+        check_peers(&t, &p, base, &[7510, 7512])
+    }
+
+    #[test]
+    fn a_table_of_member_addresses_and_comm_ports_passes() {
+        assert_eq!(check("198.18.0.11", "3", 29600), Ok(()));
+        assert_eq!(check("2001:db8::7", "3", 29600), Ok(()));
+    }
+
+    #[test]
+    fn loopback_link_local_unspecified_and_multicast_peers_are_refused() {
+        for (addr, kind) in [
+            ("127.0.0.1", "loopback"),
+            ("127.9.9.9", "loopback"),
+            ("::1", "loopback"),
+            ("169.254.169.254", "link-local"),
+            ("fe80::1", "link-local"),
+            ("0.0.0.0", "unspecified"),
+            ("::", "unspecified"),
+            ("224.0.0.1", "multicast"),
+            ("255.255.255.255", "broadcast"),
+            ("::ffff:127.0.0.1", "loopback"),
+        ] {
+            let e = check(addr, "1", 29600).unwrap_err();
+            assert!(
+                matches!(&e, PeerRefusal::NotAPeerAddress { kind: k, .. } if *k == kind),
+                "{addr}: {e}"
+            );
+            assert!(e.to_string().contains("evil"), "names the server: {e}");
+        }
+        assert!(matches!(
+            check("kubelet.local", "1", 29600),
+            Err(PeerRefusal::NotAnAddress { .. })
+        ));
+    }
+
+    #[test]
+    fn a_device_id_cannot_turn_into_a_node_service_port() {
+        // comm_port_base 10000 + device 250 = the kubelet's 10250.
+        assert!(matches!(
+            check("198.18.0.11", "250", 10000),
+            Err(PeerRefusal::DeviceOutOfRange { device: 250, .. })
+        ));
+        // Inside the device range but on the kubelet's port, or the agent's own.
+        assert!(matches!(
+            check("198.18.0.11", "50", 10200),
+            Err(PeerRefusal::ServicePort { port: 10250, .. })
+        ));
+        assert!(matches!(
+            check("198.18.0.11", "4", 7508),
+            Err(PeerRefusal::ServicePort { port: 7512, .. })
+        ));
+        assert_eq!(PeerRefusal::REASON.as_str(), "PeerRefused");
     }
 }

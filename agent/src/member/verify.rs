@@ -141,6 +141,18 @@ async fn verify_nic(
         Ok(p) => p,
         Err(e) => return fail(PodReason::DeviceMismatch, format!("rank table: {e}")),
     };
+    // Nothing is dialled before every address and port the table yields is checked.
+    if let Err(e) = super::ranktable::check_peers(
+        table,
+        &plan,
+        ctx.cfg.comm_port_base,
+        &ctx.cfg.service_ports(),
+    ) {
+        return fail(
+            super::ranktable::PeerRefusal::REASON,
+            format!("rank table: {e}"),
+        );
+    }
     let targets: Vec<ProbeTarget> = plan
         .peers
         .iter()

@@ -244,6 +244,10 @@ pub async fn write_chunk<W: AsyncWrite + Unpin>(
 }
 
 #[cfg(test)]
+#[path = "protocol_fuzz.rs"]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

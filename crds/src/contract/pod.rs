@@ -82,6 +82,10 @@ string_enum! {
         /// The Pod requests NPUs but which ones it got (kubelet PodResources, device
         /// plugin annotation) was not known within the verification deadline.
         AllocationUnknown => "AllocationUnknown",
+        /// The rank table names a peer the agent will not connect to: a loopback,
+        /// link-local, unspecified or multicast address, or a device id whose port leaves
+        /// the comm port range or is one of the node's service ports (a forged table).
+        PeerRefused => "PeerRefused",
         /// The weights are in place and verified.
         WeightsSynced => "WeightsSynced",
         /// Syncing the weights failed.

@@ -64,6 +64,17 @@ impl AgentArgs {
         }
     }
 
+    /// Where the Pods' own sockets go: beside a node socket named as on a node
+    /// (`…/agent.sock` → `…/pods`, where the hostPath the operator mounts resolves in the
+    /// testbed), else `<socket>.pods` so tests' agents sharing a folder do not share it.
+    pub fn pod_sockets_dir(&self) -> PathBuf {
+        if self.socket.file_name() == Some(hcomm_crds::local_api::SOCKET_FILE.as_ref()) {
+            self.socket.with_file_name("pods")
+        } else {
+            self.socket.with_extension("pods")
+        }
+    }
+
     /// The arguments after the program name, `run` first. Test timings are fixed: the
     /// Pod poll every 300 ms, retries after 500 ms, and any `/dev/shm` is enough.
     pub fn to_args(&self) -> Vec<String> {
@@ -77,11 +88,9 @@ impl AgentArgs {
         flag("management-interface", self.management_interface.clone());
         flag("cpu-devices", self.cpu_devices.to_string());
         flag("socket", self.socket.display().to_string());
-        // The Pods' own sockets beside the node socket, as on a node (`/run/hcomm/pods`
-        // next to `/run/hcomm/agent.sock`): the hostPath the operator mounts resolves there.
         flag(
             "pod-sockets-dir",
-            self.socket.with_file_name("pods").display().to_string(),
+            self.pod_sockets_dir().display().to_string(),
         );
         flag("metrics-addr", self.metrics_addr.to_string());
         flag("weights-dir", self.weights_dir.display().to_string());

@@ -9,7 +9,7 @@
 //! happens before the program runs (`sh -c 'echo $$ > cgroup.procs; exec …'`), so no
 //! process of a Pod ever runs outside its cgroup.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Where cgroup v2 is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on hybrid
 /// hosts), from `/proc/self/mountinfo`.
@@ -45,18 +45,18 @@ impl PodCgroups {
         self.root.join("kubepods").join(format!("pod{uid}"))
     }
 
-    /// `program args` as a command line that first moves itself into the Pod's cgroup
-    /// (created here) and then becomes the program.
-    pub fn wrap(&self, uid: &str, program: &Path, args: &[String]) -> Result<Vec<String>, String> {
+    /// The command line `argv` (program first) as one that first moves itself into the
+    /// Pod's cgroup (created here) and then becomes `argv`: `sh -c …` first.
+    pub fn wrap(&self, uid: &str, argv: &[String]) -> Result<Vec<String>, String> {
         let dir = self.dir_of(uid);
         std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
         let mut line = vec![
+            "sh".to_owned(),
             "-c".to_owned(),
             r#"echo $$ > "$0" && exec "$@""#.to_owned(),
             dir.join("cgroup.procs").display().to_string(),
-            program.display().to_string(),
         ];
-        line.extend(args.iter().cloned());
+        line.extend(argv.iter().cloned());
         Ok(line)
     }
 
@@ -104,15 +104,11 @@ mod tests {
             }
         };
         let uid = "0b9f4c1e-2d3a-4b5c-8d7e-9f0a1b2c3d4e";
-        let args = cg
-            .wrap(
-                uid,
-                Path::new("/bin/cat"),
-                &["/proc/self/cgroup".to_owned()],
-            )
+        let argv = cg
+            .wrap(uid, &["cat".to_owned(), "/proc/self/cgroup".to_owned()])
             .unwrap();
-        let out = std::process::Command::new("sh")
-            .args(&args)
+        let out = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);

@@ -375,25 +375,25 @@ impl State {
         let Ok(h) = self.hosts.host(host) else {
             return;
         };
-        let in_cgroup = self
-            .cgroups
-            .as_ref()
-            .map(|c| c.wrap(uid, &p.launch.program, &p.launch.args));
-        let (program, args) = match in_cgroup {
-            Some(Ok(line)) => ("sh".to_owned(), line),
+        let in_host = h.command(&p.launch.program.display().to_string());
+        // The whole command line (`ip netns exec …` included) starts in the Pod's cgroup:
+        // inside a host's namespaces /sys is remounted and the cgroup tree is not there.
+        let mut argv: Vec<String> = std::iter::once(in_host.get_program())
+            .chain(in_host.get_args())
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        argv.extend(p.launch.args.iter().cloned());
+        let argv = match self.cgroups.as_ref().map(|c| c.wrap(uid, &argv)) {
+            Some(Ok(line)) => line,
             Some(Err(e)) => {
                 tracing::warn!(pod = %key, error = %e, "kubelet: no Pod cgroup, not starting");
                 p.exited_at = Some(Instant::now());
                 return;
             }
-            None => (
-                p.launch.program.display().to_string(),
-                p.launch.args.clone(),
-            ),
+            None => argv,
         };
-        let std_cmd = h.command(&program);
-        let mut cmd = Command::from(std_cmd);
-        cmd.args(&args)
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .envs(p.launch.env.iter().map(|(k, v)| (k, v)))
