@@ -433,7 +433,12 @@ mod tests {
         );
         let l = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = l.local_addr().unwrap();
-        tokio::spawn(serve(l, m.clone(), std::future::pending()));
+        tokio::spawn(serve(
+            l,
+            m.clone(),
+            std::sync::Arc::new(crate::probes::Probes::new(|| true)),
+            std::future::pending(),
+        ));
         let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
         let start = std::time::Instant::now();
         let mut buf = [0u8; 64];
@@ -458,7 +463,12 @@ mod tests {
         let m = Metrics::new();
         let l = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = l.local_addr().unwrap();
-        tokio::spawn(serve(l, m.clone(), std::future::pending()));
+        tokio::spawn(serve(
+            l,
+            m.clone(),
+            std::sync::Arc::new(crate::probes::Probes::new(|| true)),
+            std::future::pending(),
+        ));
         let mut flood = Vec::new();
         for _ in 0..100 {
             let s = tokio::net::TcpSocket::new_v4().unwrap();
