@@ -1,6 +1,7 @@
 //! The Helm chart with the real `helm`: lint, render for both modes, refuse bad values,
 //! install into a real control plane, and RBAC that allows what hcomm needs and refuses
 //! the rest (`kubectl auth can-i` as the chart's ServiceAccounts).
+//! Size: one named test per chart behaviour, sharing the render and helm helpers above them.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

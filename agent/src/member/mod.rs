@@ -37,6 +37,7 @@ mod task_kit;
 mod task_tests;
 pub mod verify;
 pub mod versions_check;
+pub mod versions_stage;
 #[cfg(test)]
 mod versions_task_tests;
 pub mod weights;

@@ -21,7 +21,7 @@
 //!   Unknown everywhere (CPU nodes, the testbed) leaves nothing to compare.
 //!
 //! Only `hccl` groups are checked: the TCP engine loads neither CANN nor the driver. The
-//! I/O ([`Run::check_versions`]) reads the nodes through the
+//! I/O ([`super::versions_stage`]) reads the nodes through the
 //! [`Cluster`](super::ports::Cluster) port and waits a little for a node whose agent has not
 //! published yet.
 
@@ -33,10 +33,7 @@ use hcomm_crds::node::UNKNOWN_VERSION;
 use hcomm_crds::{Backend, HcommNode, SoftwareVersions};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use tokio::time::Instant;
 
-use super::state::Event;
-use super::task::Run;
 use crate::error::{Error, Result};
 
 /// One node of the group, as its `HcommNode` says; None: no `HcommNode` (or no status).
@@ -192,65 +189,7 @@ pub async fn node_versions(client: &kube::Client, nodes: Vec<String>) -> Result<
 pub const NODE_WAIT: Duration = Duration::from_secs(10);
 
 /// How often the nodes are read again meanwhile.
-const READ_AGAIN: Duration = Duration::from_millis(500);
-
-impl Run {
-    /// The version agreement of an `hccl` group within `deadline` (at most [`NODE_WAIT`]
-    /// of it spent waiting for unpublished nodes): None when the member may go on (after
-    /// a Warning Event for any warning), else its failed verification.
-    pub(super) async fn check_versions(&mut self, deadline: Duration) -> Option<Event> {
-        if !applies(self.group.comm.backend) {
-            return None;
-        }
-        let until = Instant::now() + deadline.min(NODE_WAIT);
-        let nodes = loop {
-            let read = tokio::time::timeout_at(until, self.ports.cluster.group_node_versions());
-            let (nodes, trouble) = match read.await {
-                Ok(Ok(nodes)) => (Some(nodes), None),
-                Ok(Err(e)) => (None, Some(e.to_string())),
-                Err(_) => (None, Some("the API server did not answer".to_owned())),
-            };
-            let complete = nodes
-                .as_ref()
-                .is_some_and(|ns| ns.iter().all(|n| n.versions.is_some()));
-            let now = Instant::now();
-            match nodes {
-                Some(nodes) if complete || now >= until => break nodes,
-                None if now >= until => {
-                    let message = format!(
-                        "the group's HcommNodes could not be read: {}",
-                        trouble.unwrap_or_default()
-                    );
-                    return Some(self.versions_refused(PodReason::NpuVersionUnknown, message));
-                }
-                _ => tokio::time::sleep(READ_AGAIN.min(until - now)).await,
-            }
-        };
-        let check = compare(&nodes);
-        for w in &check.warnings {
-            tracing::warn!(message = %w, "versions");
-            self.ports
-                .cluster
-                .event(true, PodReason::NpuVersionWarning, w.clone())
-                .await;
-        }
-        let (reason, message) = check.refusal?;
-        Some(self.versions_refused(reason, message))
-    }
-
-    fn versions_refused(&self, reason: PodReason, message: String) -> Event {
-        self.metrics
-            .verifications
-            .with_label_values(&[reason.as_str()])
-            .inc();
-        tracing::info!(reason = reason.as_str(), %message, "version check");
-        Event::Verified {
-            ok: false,
-            reason,
-            message,
-        }
-    }
-}
+pub const READ_AGAIN: Duration = Duration::from_millis(500);
 
 #[cfg(test)]
 mod tests {
