@@ -41,6 +41,8 @@ pub struct AgentConfig {
     pub pod_sockets_dir: PathBuf,
     /// How callers of the local API are identified (`--local-api-callers`).
     pub local_api_callers: crate::local_api::caller::CallerCheck,
+    /// Loopback rank-table peers accepted (`--allow-loopback-peers`, loopback testbeds only).
+    pub allow_loopback_peers: bool,
     pub allowed_uids: Vec<u32>,
     pub metrics_addr: SocketAddr,
     /// Port of the link probe on every node's data address.
@@ -126,6 +128,7 @@ impl AgentConfig {
             socket_path: hcomm_crds::local_api::NODE_SOCKET.into(),
             pod_sockets_dir: hcomm_crds::local_api::POD_SOCKETS_DIR.into(),
             local_api_callers: Default::default(),
+            allow_loopback_peers: false,
             allowed_uids: Vec::new(),
             // The chart's agent.metricsPort and agent.dataPort (a test compares them).
             metrics_addr: "0.0.0.0:7511".parse().expect("valid"),

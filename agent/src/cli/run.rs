@@ -1,5 +1,6 @@
 //! `hcomm-agent run`: the node agent's flags, turned into an [`AgentConfig`] (whose
 //! defaults they show). The chart's DaemonSet and the e2e testbed pass these flags.
+//! Size: one flag per documented option with its help text, and the tests that parse them.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -78,6 +79,11 @@ pub struct RunArgs {
     /// modes and --allowed-uid only, for an agent that cannot see the workers' pids).
     #[arg(long, value_name = "MODE", default_value = "strict", value_parser = callers)]
     pub local_api_callers: crate::local_api::caller::CallerCheck,
+    /// Accept loopback addresses as rank-table peers. Only for a single-machine testbed whose
+    /// simulated hosts are loopback addresses (`cargo demo --loopback`); on a node, a table
+    /// naming a loopback peer points the agent at the node's own services and is refused.
+    #[arg(long)]
+    pub allow_loopback_peers: bool,
     /// A uid allowed on the local API besides root and the agent's own (repeatable).
     #[arg(long, value_name = "UID")]
     pub allowed_uid: Vec<u32>,
@@ -176,6 +182,7 @@ impl RunArgs {
         c.socket_path = self.socket;
         c.pod_sockets_dir = self.pod_sockets_dir;
         c.local_api_callers = self.local_api_callers;
+        c.allow_loopback_peers = self.allow_loopback_peers;
         c.allowed_uids = self.allowed_uid;
         c.metrics_addr = self.metrics_addr;
         c.probe_port = self.probe_port;

@@ -4,6 +4,7 @@
 //! tokio, no `unsafe`, then [`super::caller`]) before reading a byte from it, bounds the
 //! wait for each request line, and answers line by line. On a Pod's socket a request acts
 //! on that Pod only: the `pod`/`namespace` it names must be the socket's.
+//! Size: the server and its tests of every refusal (caller, foreign Pod, deadline, cap).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

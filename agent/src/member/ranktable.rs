@@ -160,9 +160,9 @@ impl PeerRefusal {
 }
 
 /// The kind of address that is never a peer, if `ip` is one.
-fn not_a_peer(ip: IpAddr) -> Option<&'static str> {
+fn not_a_peer(ip: IpAddr, allow_loopback: bool) -> Option<&'static str> {
     match ip {
-        _ if ip.is_loopback() => Some("loopback"),
+        _ if ip.is_loopback() && !allow_loopback => Some("loopback"),
         _ if ip.is_unspecified() => Some("unspecified"),
         _ if ip.is_multicast() => Some("multicast"),
         IpAddr::V4(v4) if v4.is_link_local() => Some("link-local"),
@@ -170,18 +170,19 @@ fn not_a_peer(ip: IpAddr) -> Option<&'static str> {
         IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80 => Some("link-local"),
         IpAddr::V6(v6) => v6
             .to_ipv4_mapped()
-            .and_then(|v4| not_a_peer(IpAddr::V4(v4))),
+            .and_then(|v4| not_a_peer(IpAddr::V4(v4), allow_loopback)),
         IpAddr::V4(_) => None,
     }
 }
 
-/// `addr` of `server` as a peer address, or why it cannot be one.
-pub fn peer_address(server: &str, addr: &str) -> Result<IpAddr, PeerRefusal> {
+/// `addr` of `server` as a peer address, or why it cannot be one. `allow_loopback`: the
+/// agent's `--allow-loopback-peers` (a testbed whose hosts are loopback addresses).
+pub fn peer_address(server: &str, addr: &str, allow_loopback: bool) -> Result<IpAddr, PeerRefusal> {
     let ip: IpAddr = addr.parse().map_err(|_| PeerRefusal::NotAnAddress {
         server: server.to_owned(),
         addr: addr.to_owned(),
     })?;
-    match not_a_peer(ip) {
+    match not_a_peer(ip, allow_loopback) {
         Some(kind) => Err(PeerRefusal::NotAPeerAddress {
             server: server.to_owned(),
             addr: ip,
@@ -193,18 +194,20 @@ pub fn peer_address(server: &str, addr: &str) -> Result<IpAddr, PeerRefusal> {
 
 /// Checks every address and port a control plan would dial or listen on: the root's and
 /// each peer's address, and the endpoint ports of every device in the table (so a forged
-/// device id cannot turn into the kubelet's port). `service_ports` are the node's own.
+/// device id cannot turn into the kubelet's port). `service_ports` are the node's own;
+/// `allow_loopback` as in [`peer_address`].
 pub fn check_peers(
     table: &RankTable,
     plan: &ControlPlan,
     comm_port_base: u16,
     service_ports: &[u16],
+    allow_loopback: bool,
 ) -> Result<(), PeerRefusal> {
     for (server, addr) in &plan.peers {
-        peer_address(server, addr)?;
+        peer_address(server, addr, allow_loopback)?;
     }
     for s in table.servers() {
-        peer_address(s.server_id, s.host_address())?;
+        peer_address(s.server_id, s.host_address(), allow_loopback)?;
         for d in &s.devices {
             let device = i64::from(d.device_id);
             if !(0..=MAX_DEVICE_ID).contains(&device) {
@@ -325,7 +328,30 @@ mod tests {
     fn check(host: &str, device: &str, base: u16) -> Result<(), PeerRefusal> {
         let t = table_with(host, device);
         let p = plan(&t, "host-0", None, &[0], base).unwrap();
-        check_peers(&t, &p, base, &[7510, 7512])
+        check_peers(&t, &p, base, &[7510, 7512], false)
+    }
+
+    #[test]
+    fn loopback_peers_pass_only_when_allowed_and_nothing_else_does() {
+        let t = table_with("127.18.0.11", "3");
+        let p = plan(&t, "host-0", None, &[0], 29600).unwrap();
+        assert!(matches!(
+            check_peers(&t, &p, 29600, &[7510], false),
+            Err(PeerRefusal::NotAPeerAddress {
+                kind: "loopback",
+                ..
+            })
+        ));
+        assert_eq!(check_peers(&t, &p, 29600, &[7510], true), Ok(()));
+        let t = table_with("169.254.169.254", "3");
+        let p = plan(&t, "host-0", None, &[0], 29600).unwrap();
+        assert!(matches!(
+            check_peers(&t, &p, 29600, &[7510], true),
+            Err(PeerRefusal::NotAPeerAddress {
+                kind: "link-local",
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -377,6 +403,6 @@ mod tests {
             check("198.18.0.11", "4", 7508),
             Err(PeerRefusal::ServicePort { port: 7512, .. })
         ));
-        assert_eq!(PeerRefusal::REASON.as_str(), "PeerRefused");
+        assert_eq!(PeerRefusal::REASON, PodReason::PeerRefused);
     }
 }

@@ -147,6 +147,7 @@ async fn verify_nic(
         &plan,
         ctx.cfg.comm_port_base,
         &ctx.cfg.service_ports(),
+        ctx.cfg.allow_loopback_peers,
     ) {
         return fail(
             super::ranktable::PeerRefusal::REASON,

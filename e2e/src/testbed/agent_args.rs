@@ -121,6 +121,10 @@ impl AgentArgs {
         flag("poll-interval-ms", "300".into());
         flag("retry-backoff-ms", "500".into());
         flag("shm-min-bytes", "1".into());
+        if self.data_address.is_loopback() {
+            // Loopback hosts (`cargo demo --loopback`): their peers are loopback addresses.
+            out.push("--allow-loopback-peers".into());
+        }
         out.extend(self.extra.iter().cloned());
         out
     }

@@ -14,6 +14,7 @@
 //! Each Pod's processes run in the Pod's own cgroup (`kubepods/pod<uid>`, see
 //! [`super::cgroups`]) when the machine allows it, as a kubelet's do: that is what the
 //! agent's local-API caller check reads.
+//! Size: the whole Pod lifecycle of the process kubelet, start to cleanup, in one place.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;

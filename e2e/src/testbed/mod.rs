@@ -11,6 +11,7 @@
 //!
 //! Everything stops when the testbed drops (workers, operator, agents, control plane,
 //! hosts, in that order).
+//! Size: the testbed's start and stop order, which must read as one sequence.
 
 pub mod agent_args;
 pub mod binaries;

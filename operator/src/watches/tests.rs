@@ -1,6 +1,7 @@
 //! Unit tests of the node-change filter.
 
 use super::*;
+use hcomm_crds::DeviceHealth;
 
 fn node(status: serde_json::Value) -> HcommNode {
     serde_json::from_value(serde_json::json!({
@@ -12,7 +13,7 @@ fn node(status: serde_json::Value) -> HcommNode {
 
 fn status(updated: &str, healthy: bool, latency: i64, reachable: bool) -> serde_json::Value {
     serde_json::json!({
-        "devices": [{"id": 0, "model": "910B3", "health": if healthy { "Healthy" } else { "Unhealthy" }}],
+        "devices": [{"id": 0, "model": "910B3", "health": if healthy { DeviceHealth::Healthy } else { DeviceHealth::Unhealthy }}],
         "dataAddress": "10.0.0.1",
         "lastUpdated": updated,
         "linkTests": [{"peer": "n2", "peerAddress": "10.0.0.2", "interface": "data0",
