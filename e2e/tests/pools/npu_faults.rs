@@ -33,6 +33,11 @@ const FILLED: usize = 7;
 /// the device plugin's admission, the rank table's publication and the agent picking the
 /// member up. The verification itself is bounded by the connect deadline.
 const PLACEMENT_MARGIN: Duration = Duration::from_secs(10);
+/// How long the pool may take to grow back once a fault is cleared: the refused member is
+/// replaced after the operator's failure backoff, which earlier scenarios' failures (the
+/// cut-off host's) may have raised to its cap (`hcomm_operator::backoff::MAX_DELAY`, 300 s),
+/// then joins within a pool's usual wait.
+const RECOVERY_WAIT: Duration = Duration::from_secs(300 + POOL_WAIT.as_secs());
 
 /// One fault of the NPU network, as the testbed injects it on one device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,7 +217,7 @@ async fn a_joiner_on_a_faulty_npu_is_refused_and_the_pool_recovers(
     // Cleared: the pool reaches its size, a member on the once-faulty NPU's host.
     let t = Instant::now();
     let grown = bed
-        .wait_pool_ready(NS, "decode", FILLED + 1, POOL_WAIT)
+        .wait_pool_ready(NS, "decode", FILLED + 1, RECOVERY_WAIT)
         .await?;
     ensure!(
         grown.iter().any(|m| m.node == node),
