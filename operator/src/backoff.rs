@@ -5,8 +5,11 @@
 //! link probe; a node that is the only free one keeps a broken NIC) — replacing it again
 //! at once turns into a loop creating and deleting a Pod every few hundred milliseconds,
 //! as a ReplicaSet would without its own backoff. So each further failure of the group
-//! delays new members: 1 s, 2 s, 4 s, … up to [`MAX_DELAY`]; ten minutes without a failure
-//! forgets the count. Kept in the operator's memory (a restart starts over, like
+//! delays new members: 1 s, 2 s, 4 s, … up to [`MAX_DELAY`]. The count starts over when
+//! a member planned after the last failure serves (its replacement worked, so whatever
+//! failed it is gone: a restored host, a mended NIC) or after ten minutes without a failure.
+//! Without the first rule a group that lost a host keeps its delay long after the host is
+//! back, and the next scale-out waits minutes for nothing. Kept in the operator's memory (a restart starts over, like
 //! controller-runtime's rate limiters); [`FailureBackoff`] is pure, given the time.
 
 use std::collections::BTreeSet;
@@ -25,16 +28,19 @@ const REMEMBERED: usize = 64;
 pub struct FailureBackoff {
     failures: u32,
     last_failure: Option<Timestamp>,
+    /// The newest epoch among the failed members counted.
+    last_failed_epoch: Option<i64>,
     counted: BTreeSet<String>,
 }
 
 impl FailureBackoff {
     /// Counts the members in `failed` not counted before (each reconcile sees a failed
     /// member again until it is gone); returns whether anything new was counted.
-    pub fn observe(&mut self, failed: &[String], now: Timestamp) -> bool {
-        let new: Vec<&String> = failed
+    /// `failed` holds each failed member's name and the epoch it was planned at.
+    pub fn observe(&mut self, failed: &[(String, i64)], now: Timestamp) -> bool {
+        let new: Vec<&(String, i64)> = failed
             .iter()
-            .filter(|n| !self.counted.contains(*n))
+            .filter(|(n, _)| !self.counted.contains(n))
             .collect();
         if new.is_empty() {
             return false;
@@ -47,7 +53,9 @@ impl FailureBackoff {
         }
         self.failures += 1;
         self.last_failure = Some(now);
-        for n in new {
+        let newest = new.iter().map(|(_, e)| *e).max();
+        self.last_failed_epoch = self.last_failed_epoch.max(newest);
+        for (n, _) in new {
             if self.counted.len() >= REMEMBERED
                 && let Some(first) = self.counted.iter().next().cloned()
             {
@@ -56,6 +64,17 @@ impl FailureBackoff {
             self.counted.insert(n.clone());
         }
         true
+    }
+
+    /// A member planned at `epoch` serves: if it was planned after the last counted
+    /// failure, the count starts over (the names counted stay remembered, so a failed
+    /// member still present is not counted again).
+    pub fn observe_serving(&mut self, epoch: i64) {
+        if self.last_failed_epoch.is_some_and(|f| epoch > f) {
+            self.failures = 0;
+            self.last_failure = None;
+            self.last_failed_epoch = None;
+        }
     }
 
     /// No new member before this time (None: now). The first failure is replaced at once;
@@ -85,8 +104,9 @@ mod tests {
         Timestamp::from_second(1_800_000_000 + secs).unwrap()
     }
 
-    fn names(ns: &[&str]) -> Vec<String> {
-        ns.iter().map(|n| (*n).to_owned()).collect()
+    /// Failed members, all planned at epoch 1.
+    fn names(ns: &[&str]) -> Vec<(String, i64)> {
+        ns.iter().map(|n| ((*n).to_owned(), 1)).collect()
     }
 
     #[test]
@@ -131,5 +151,25 @@ mod tests {
         let mut b = FailureBackoff::default();
         assert!(b.observe(&names(&["a", "b", "c"]), t(0)));
         assert_eq!(b.failures(), 1);
+    }
+
+    #[test]
+    fn a_replacement_that_serves_starts_the_count_over_but_an_older_member_does_not() {
+        let mut b = FailureBackoff::default();
+        for (i, n) in ["a", "b", "c", "d"].iter().enumerate() {
+            b.observe(&[((*n).to_owned(), 10 + i as i64)], t(i as i64));
+        }
+        assert_eq!(b.new_members_after(t(3)), Some(t(7)));
+        // A member planned before the last failure serving says nothing about its cause.
+        b.observe_serving(13);
+        assert_eq!(b.failures(), 4);
+        assert_eq!(b.new_members_after(t(3)), Some(t(7)));
+        // The replacement planned after it serves: the cause is gone.
+        b.observe_serving(14);
+        assert_eq!(b.failures(), 0);
+        assert_eq!(b.new_members_after(t(3)), None);
+        // The failed members still listed are not counted again.
+        assert!(!b.observe(&names(&["a", "d"]), t(4)));
+        assert_eq!(b.failures(), 0);
     }
 }

@@ -85,13 +85,22 @@ impl Context {
             all.remove(&key);
             return None;
         }
-        let failed: Vec<String> = members
+        let failed: Vec<(String, i64)> = members
             .iter()
             .filter(|m| m.failed)
-            .map(|m| m.name.clone())
+            .map(|m| (m.name.clone(), m.epoch))
             .collect();
         let entry = all.entry(key).or_default();
-        if entry.observe(&failed, now) && entry.failures() > 1 {
+        let counted = entry.observe(&failed, now);
+        if let Some(newest) = members
+            .iter()
+            .filter(|m| m.serving && !m.failed)
+            .map(|m| m.epoch)
+            .max()
+        {
+            entry.observe_serving(newest);
+        }
+        if counted && entry.failures() > 1 {
             tracing::warn!(
                 failures = entry.failures(),
                 "members keep failing; new members are delayed"

@@ -36,7 +36,7 @@ use hcomm_e2e::testbed::ExamplePools;
 /// Simulated hosts of the shared testbed (2 devices each).
 const HOSTS: usize = 5;
 /// The deadline of one scenario (the 30 scale cycles take the longest).
-const SCENARIO_DEADLINE: Duration = Duration::from_secs(900);
+const SCENARIO_DEADLINE: Duration = Duration::from_secs(600);
 
 type Scenario = for<'a> fn(&'a mut ExamplePools) -> Pin<Box<dyn Future<Output = Result<()>> + 'a>>;
 

@@ -33,11 +33,11 @@ const FILLED: usize = 7;
 /// the device plugin's admission, the rank table's publication and the agent picking the
 /// member up. The verification itself is bounded by the connect deadline.
 const PLACEMENT_MARGIN: Duration = Duration::from_secs(10);
-/// How long the pool may take to grow back once a fault is cleared: the refused member is
-/// replaced after the operator's failure backoff, which earlier scenarios' failures (the
-/// cut-off host's) may have raised to its cap (`hcomm_operator::backoff::MAX_DELAY`, 300 s),
-/// then joins within a pool's usual wait.
-const RECOVERY_WAIT: Duration = Duration::from_secs(300 + POOL_WAIT.as_secs());
+/// How long the pool may take to grow back once a fault is cleared: the refused member's
+/// replacements kept failing while the fault lasted, so the operator's failure backoff
+/// (which starts over once a later member serves, not carrying earlier scenarios' failures)
+/// delays the next one by up to a minute; it then joins within a pool's usual wait.
+const RECOVERY_WAIT: Duration = Duration::from_secs(60 + POOL_WAIT.as_secs());
 
 /// One fault of the NPU network, as the testbed injects it on one device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
