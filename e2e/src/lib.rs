@@ -9,6 +9,7 @@
 pub mod chart;
 pub mod controlplane;
 pub mod demo;
+pub mod diagram;
 pub mod harness;
 pub mod hosts;
 pub mod promtool;

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use hcomm_e2e::controlplane::{ControlPlane, ControlPlaneOptions, assets};
 use serde::Deserialize;
 use serde_yaml::Value;
@@ -737,6 +737,8 @@ async fn helm_installs_into_a_real_control_plane_with_minimal_rbac() -> Result<(
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 
+    helm_upgrade_keeps_the_groups_and_rolls_node_by_node(&cp)?;
+
     let mut uninstall = helm_cmd(&[
         "uninstall",
         "hcomm",
@@ -748,6 +750,98 @@ async fn helm_installs_into_a_real_control_plane_with_minimal_rbac() -> Result<(
     uninstall.env("KUBECONFIG", cp.kubeconfig_path());
     ok(uninstall)?;
     cp.stop()?;
+    Ok(())
+}
+
+/// Issue 19: `helm upgrade` of hcomm itself (new images) on the real apiserver keeps the
+/// CRDs and the groups (same object, untouched spec), and rolls the new images out the
+/// way `e2e/tests/pools/upgrade.rs` proves safe under load: the agents one node at a time,
+/// the operator with a surge so the new one waits beside the leader.
+fn helm_upgrade_keeps_the_groups_and_rolls_node_by_node(cp: &ControlPlane) -> Result<()> {
+    let group = std::fs::read_to_string(
+        hcomm_e2e::testbed::pools::workspace_root().join("examples/decode-pool.yaml"),
+    )?;
+    let mut apply = cp.kubectl();
+    apply.args(["apply", "-n", "default", "-f", "-"]);
+    apply.stdin(std::process::Stdio::piped());
+    let mut child = apply
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    std::io::Write::write_all(&mut child.stdin.take().context("stdin")?, group.as_bytes())?;
+    let out = child.wait_with_output()?;
+    ensure!(
+        out.status.success(),
+        "kubectl apply of the decode example: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let group_json = |cp: &ControlPlane| -> Result<Value> {
+        let mut get = cp.kubectl();
+        get.args(["get", "hcommgroup", "decode", "-n", "default", "-o", "json"]);
+        Ok(serde_json::from_str(&ok(get)?)?)
+    };
+    let before = group_json(cp)?;
+
+    let mut upgrade = helm_cmd(&[
+        "upgrade",
+        "hcomm",
+        CHART,
+        "--namespace",
+        NAMESPACE,
+        "--reuse-values",
+        "--set",
+        "image.tag=next",
+        "--timeout",
+        "120s",
+    ])?;
+    upgrade.env("KUBECONFIG", cp.kubeconfig_path());
+    ok(upgrade)?;
+
+    let after = group_json(cp)?;
+    ensure!(
+        after["metadata"]["uid"] == before["metadata"]["uid"]
+            && after["spec"] == before["spec"]
+            && after["metadata"]["generation"] == before["metadata"]["generation"],
+        "helm upgrade touched the group: {before:?} → {after:?}"
+    );
+    let get_json = |kind: &str| -> Result<Value> {
+        let mut get = cp.kubectl();
+        get.args(["get", kind, "-n", NAMESPACE, "-o", "json"]);
+        Ok(serde_json::from_str(&ok(get)?)?)
+    };
+    let agents = get_json("daemonset/hcomm-agent")?;
+    let operator = get_json("deployment/hcomm-operator")?;
+    for (what, spec) in [("agent", &agents["spec"]), ("operator", &operator["spec"])] {
+        let image = spec["template"]["spec"]["containers"][0]["image"]
+            .as_str()
+            .unwrap_or_default();
+        ensure!(
+            image.ends_with(":next"),
+            "the {what} image after the upgrade: {image}"
+        );
+    }
+    ensure!(
+        agents["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+            && agents["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == 1,
+        "the agents must roll one node at a time: {:?}",
+        agents["spec"]["updateStrategy"]
+    );
+    ensure!(
+        operator["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 1
+            && operator["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0,
+        "the new operator must start beside the old one: {:?}",
+        operator["spec"]["strategy"]
+    );
+    let mut delete = cp.kubectl();
+    delete.args([
+        "delete",
+        "hcommgroup",
+        "decode",
+        "-n",
+        "default",
+        "--wait=false",
+    ]);
+    ok(delete)?;
     Ok(())
 }
 

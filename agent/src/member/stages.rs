@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use super::domain::DomainConfig;
 use super::ports::{JoinError, JoinSpec};
@@ -212,7 +213,15 @@ impl Run {
             tracing::debug!(error = %e, "refresh failed; joining with the last rank table");
         }
         let epoch = epoch.max(self.planned_epoch());
-        tracing::Span::current().record("epoch", epoch);
+        // A span of its own (inside the serving epoch's, see `task::Run::epoch_span`):
+        // recording the new epoch into the member's long-lived span would append one more
+        // `epoch=` to every later line of that member, one per epoch it ever joined.
+        self.join_at(epoch)
+            .instrument(tracing::info_span!("join", epoch))
+            .await
+    }
+
+    async fn join_at(&mut self, epoch: u64) -> Event {
         let Some((table, _)) = self.table.clone() else {
             return Event::JoinFailed {
                 epoch,

@@ -83,7 +83,7 @@ pub async fn run_member(ctx: Arc<Context>, spec: watch::Receiver<Option<MemberSp
         return;
     };
     let span = tracing::info_span!("member", group = %first.group, pod = %first.key(),
-        epoch = tracing::field::Empty, rank = first.first_rank);
+        rank = first.first_rank);
     let group_changed = ctx.nudges.subscribe(&first.namespace, &first.group);
     let ports = Ports::live(&ctx, &first);
     drive(
@@ -143,6 +143,17 @@ pub(super) async fn pod_gone(mut rx: watch::Receiver<Option<MemberSpec>>) {
 }
 
 impl Run {
+    /// The span of the epoch the member serves in (or drains from), for everything done
+    /// meanwhile; none before its first join.
+    fn epoch_span(&self) -> tracing::Span {
+        match self.phase {
+            Phase::Ready { epoch } | Phase::Draining { epoch } => {
+                tracing::info_span!("epoch", epoch)
+            }
+            _ => tracing::Span::none(),
+        }
+    }
+
     async fn main(&mut self) {
         if !self.start().await {
             return;
@@ -154,7 +165,8 @@ impl Run {
         let mut pod_gone = false;
         loop {
             while let Some(ev) = queue.pop_front() {
-                self.apply(ev, &mut queue).await;
+                let span = self.epoch_span();
+                self.apply(ev, &mut queue).instrument(span).await;
             }
             // A deleted Pod ends the task whatever the phase (a Drained member just exits).
             if self.phase == Phase::Gone || pod_gone {
@@ -177,7 +189,10 @@ impl Run {
                         queue.push_back(Event::DrainRequested);
                     }
                 }
-                Some(false) => self.on_tick(&mut queue).await,
+                Some(false) => {
+                    let span = self.epoch_span();
+                    self.on_tick(&mut queue).instrument(span).await
+                }
             }
         }
     }

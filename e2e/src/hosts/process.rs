@@ -34,6 +34,15 @@ impl HostProcess {
         self.child.as_mut().expect("child present until drop")
     }
 
+    /// Stops the process as a kubelet stops a container: SIGTERM, up to `grace` for it to
+    /// exit, then SIGKILL. Returns whether it exited on its own.
+    pub fn stop(mut self, grace: std::time::Duration) -> bool {
+        let Some(child) = self.child.take() else {
+            return true;
+        };
+        crate::testbed::stop_child(child, grace)
+    }
+
     /// Gives up the guard: the caller now owns the process and its lifetime.
     pub fn into_child(mut self) -> Child {
         self.child.take().expect("child present until drop")

@@ -101,6 +101,8 @@ pub struct Testbed {
     device_plugin: Option<DevicePlugin>,
     pod_resources: Vec<hcomm_kubelet::server::PodResourcesServer>,
     operator: Option<Child>,
+    /// Operators started by [`Testbed::roll_operator`] (each gets its own identity).
+    operator_rolls: u32,
     agents: Vec<Option<HostProcess>>,
     cp: ControlPlane,
     hosts: Arc<SimHosts>,
@@ -181,6 +183,7 @@ impl Testbed {
             device_plugin: None,
             pod_resources: Vec::new(),
             operator: None,
+            operator_rolls: 0,
             agents: Vec::new(),
             cp,
             hosts,
@@ -346,10 +349,22 @@ impl Testbed {
 
     /// Host `i`'s agent metrics (Prometheus text), fetched over the management network.
     pub fn agent_metrics(&self, i: usize) -> Result<String> {
+        Ok(self.agent_get(i, "/metrics")?.1)
+    }
+
+    /// Whether host `i`'s agent answers `/readyz` with 200 (false while it cannot be
+    /// reached).
+    pub fn agent_ready(&self, i: usize) -> bool {
+        self.agent_get(i, "/readyz")
+            .is_ok_and(|(status, _)| status == 200)
+    }
+
+    /// `GET path` on host `i`'s agent metrics listener: (status code, body).
+    fn agent_get(&self, i: usize, path: &str) -> Result<(u16, String)> {
         use std::io::{Read as _, Write as _};
         let h = self.hosts.host(i)?;
         let addr = std::net::SocketAddr::from((h.mgmt_ip(), METRICS_PORT));
-        let what = format!("GET http://{addr}/metrics");
+        let what = format!("GET http://{addr}{path}");
         let timeout = Duration::from_secs(5);
         let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout)
             .map_err(Error::io(what.clone()))?;
@@ -357,16 +372,22 @@ impl Testbed {
             .set_read_timeout(Some(timeout))
             .map_err(Error::io(what.clone()))?;
         stream
-            .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
             .map_err(Error::io(what.clone()))?;
-        let mut body = String::new();
+        let mut response = String::new();
         stream
-            .read_to_string(&mut body)
+            .read_to_string(&mut response)
             .map_err(Error::io(what.clone()))?;
-        Ok(body
+        let status = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or(0);
+        let body = response
             .split_once("\r\n\r\n")
             .map(|(_, b)| b.to_owned())
-            .unwrap_or(body))
+            .unwrap_or(response);
+        Ok((status, body))
     }
 
     /// The pid of host `i`'s agent, if running.
@@ -393,6 +414,18 @@ impl Testbed {
         Ok(())
     }
 
+    /// Replaces host `i`'s agent as a DaemonSet rolling update does: SIGTERM (up to
+    /// `grace`, then SIGKILL), and a new agent process on the same node state. Returns
+    /// whether the old agent exited on its own within `grace`.
+    pub fn roll_agent(&mut self, i: usize, grace: Duration) -> Result<bool> {
+        let exited = match self.agents.get_mut(i).and_then(Option::take) {
+            Some(old) => old.stop(grace),
+            None => true,
+        };
+        self.restart_agent(i)?;
+        Ok(exited)
+    }
+
     /// SIGKILLs the operator: no chance to finish anything.
     pub fn kill_operator(&mut self) {
         if let Some(mut child) = self.operator.take() {
@@ -404,9 +437,28 @@ impl Testbed {
     /// Starts the operator (again).
     pub fn start_operator(&mut self) -> Result<()> {
         self.kill_operator();
+        self.operator = Some(self.spawn_operator("testbed")?);
+        Ok(())
+    }
+
+    /// Replaces the operator as a Deployment's rolling update does: the new one starts
+    /// beside the old (and waits for the Lease), then the old gets SIGTERM (up to `grace`,
+    /// then SIGKILL). Returns the new one's identity and whether the old exited on its own.
+    pub fn roll_operator(&mut self, grace: Duration) -> Result<(String, bool)> {
+        self.operator_rolls += 1;
+        let identity = format!("testbed-{}", self.operator_rolls);
+        let new = self.spawn_operator(&identity)?;
+        let exited = match self.operator.replace(new) {
+            Some(old) => stop_child(old, grace),
+            None => true,
+        };
+        Ok((identity, exited))
+    }
+
+    fn spawn_operator(&self, identity: &str) -> Result<Child> {
         let log = self.log_file("operator")?;
-        let child = Command::new(binaries::find(binaries::OPERATOR)?)
-            .args(["--metrics-addr", "127.0.0.1:0", "--identity", "testbed"])
+        Command::new(binaries::find(binaries::OPERATOR)?)
+            .args(["--metrics-addr", "127.0.0.1:0", "--identity", identity])
             .args(["--lease-namespace", chart::RELEASE_NAMESPACE])
             .args(["--lease-name", "hcomm-operator"])
             .env("KUBECONFIG", &self.operator_kubeconfig)
@@ -415,9 +467,7 @@ impl Testbed {
             .stdout(log.try_clone().map_err(Error::io("operator log"))?)
             .stderr(log)
             .spawn()
-            .map_err(Error::io("start hcomm-operator"))?;
-        self.operator = Some(child);
-        Ok(())
+            .map_err(Error::io("start hcomm-operator"))
     }
 
     pub(crate) fn log_file(&self, name: &str) -> Result<std::fs::File> {
@@ -508,4 +558,24 @@ impl Drop for Testbed {
 fn log_filter() -> String {
     std::env::var("HCOMM_TESTBED_LOG")
         .unwrap_or_else(|_| "info,kube=warn,kube_client=warn,hyper=warn,tower=warn".to_owned())
+}
+
+/// SIGTERM, up to `grace` for the exit, then SIGKILL (`kill` the command: the workspace
+/// forbids `unsafe`, so no libc). Returns whether it exited on its own.
+pub(crate) fn stop_child(mut child: Child, grace: Duration) -> bool {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    let deadline = std::time::Instant::now() + grace;
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    false
 }

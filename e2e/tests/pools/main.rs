@@ -23,6 +23,7 @@ mod resources;
 mod rollout;
 mod saturation;
 mod scaling;
+mod upgrade;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -62,6 +63,7 @@ fn main() {
         faults::a_blackholed_data_nic_is_refused_and_the_next_host_used,
         backend::an_hccl_group_without_the_hccl_runtime_is_refused_while_the_pools_serve,
         faults::an_operator_killed_mid_scale_out_completes_it_after_restart,
+        upgrade::an_upgrade_restarts_agents_node_by_node_and_hands_the_operator_over_under_load,
         resources::thirty_scale_cycles_leave_nothing_behind,
         rollout::a_new_weights_version_rolls_member_by_member_and_old_versions_go,
         faults::a_cut_off_host_is_replaced_and_used_again_once_restored,
