@@ -26,6 +26,8 @@ pub struct DemoOptions {
     pub hold: Duration,
     /// Network namespaces, or loopback addresses (not root, or asked for).
     pub hosts_mode: HostsMode,
+    /// Where to write the member timeline as an SVG chart, if anywhere.
+    pub timeline_svg: Option<std::path::PathBuf>,
 }
 
 impl Default for DemoOptions {
@@ -35,6 +37,7 @@ impl Default for DemoOptions {
             weights_mib: 256,
             hold: Duration::from_secs(5),
             hosts_mode: HostsMode::NamespacesOrLoopback,
+            timeline_svg: None,
         }
     }
 }
@@ -221,6 +224,13 @@ async fn pools(bed: &Testbed, args: &DemoOptions, clock: &Clock) -> Result<Summa
         })
     );
     println!();
+    if let Some(path) = &args.timeline_svg {
+        let title =
+            "cargo demo: decode 2 → 4 → 2 under load (seconds since the pools were applied)";
+        std::fs::write(path, testbed::timeline_svg::render_svg(title, &marks))
+            .map_err(testbed::Error::io(format!("write {}", path.display())))?;
+        clock.say(format!("timeline chart written to {}", path.display()));
+    }
     let served = decode.served + prefill.served;
     let failed = decode.failed + prefill.failed;
     let wrong = decode.wrong_digest + prefill.wrong_digest;

@@ -18,11 +18,14 @@ fn the_demo_on_loopback_hosts_serves_every_request_through_scale_out_and_in() {
         .enable_all()
         .build()
         .expect("runtime");
+    let chart =
+        std::env::temp_dir().join(format!("hcomm-demo-timeline-{}.svg", std::process::id()));
     let options = DemoOptions {
         hosts: 4,
         weights_mib: 16,
         hold: Duration::from_secs(2),
         hosts_mode: HostsMode::Loopback,
+        timeline_svg: Some(chart.clone()),
     };
     let summary = rt
         .block_on(async {
@@ -41,4 +44,11 @@ fn the_demo_on_loopback_hosts_serves_every_request_through_scale_out_and_in() {
         (0, 0),
         "every request answered with the right weights: {summary}"
     );
+    // The chart has a row for each member that lived: prefill's 2 and decode's 4.
+    let svg = std::fs::read_to_string(&chart).expect("timeline chart written");
+    let _ = std::fs::remove_file(&chart);
+    assert!(svg.starts_with("<svg"), "{svg}");
+    for member in ["prefill-0-", "prefill-1-", "decode-0-", "decode-3-"] {
+        assert!(svg.contains(member), "no row for {member}*: {svg}");
+    }
 }

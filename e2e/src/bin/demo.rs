@@ -64,6 +64,9 @@ struct Cli {
     /// gets), instead of network namespaces.
     #[arg(long)]
     loopback: bool,
+    /// Also write the per-member timeline as an SVG chart to FILE.
+    #[arg(long, value_name = "FILE")]
+    timeline_svg: Option<std::path::PathBuf>,
     /// Log line format of the demo's own logs: text, or json (span fields included).
     #[arg(long, value_enum, env = "HCOMM_LOG_FORMAT", default_value_t)]
     log_format: LogFormat,
@@ -114,6 +117,7 @@ impl Cli {
             } else {
                 DemoOptions::default().hosts_mode
             },
+            timeline_svg: self.timeline_svg.clone(),
         }
     }
 }

@@ -27,6 +27,7 @@ pub mod npus;
 pub mod pools;
 pub mod ranktables;
 pub mod timeline;
+pub mod timeline_svg;
 pub mod weights;
 
 use std::collections::BTreeMap;

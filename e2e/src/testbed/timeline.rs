@@ -48,6 +48,24 @@ pub struct MemberMarks {
     pub drained_reason: Option<String>,
 }
 
+impl MemberMarks {
+    /// The same marks as offsets from `origin` (a mark before it becomes 0).
+    pub fn since(&self, origin: Duration) -> MemberMarks {
+        let shift = |t: Option<Duration>| t.map(|t| t.saturating_sub(origin));
+        MemberMarks {
+            created: shift(self.created),
+            verified: shift(self.verified),
+            synced: shift(self.synced),
+            joined: shift(self.joined),
+            ready: shift(self.ready),
+            drain_requested: shift(self.drain_requested),
+            drained: shift(self.drained),
+            deleted: shift(self.deleted),
+            ..self.clone()
+        }
+    }
+}
+
 /// A running timeline recorder.
 pub struct Timeline {
     start: Instant,

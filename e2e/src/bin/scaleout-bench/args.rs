@@ -115,6 +115,10 @@ pub struct Args {
     /// Keep each run's weights (source and host stores) until the end.
     #[arg(long)]
     pub keep_weights: bool,
+    /// Write each run's member timeline (old and new members, seconds since the scale
+    /// request) as an SVG chart into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub timeline_svg: Option<PathBuf>,
     /// Do not build agent/operator/worker/router first (when run by cargo).
     #[arg(long)]
     pub no_build: bool,

@@ -200,6 +200,26 @@ pub async fn run_one(
         agent_cpu_s: agents1 - agents0,
     };
 
+    if let Some(dir) = &args.timeline_svg {
+        let path = dir.join(format!(
+            "scaleout-{group}-{rate_mbit}mbit-{}mib.svg",
+            args.size_mib
+        ));
+        let members = before
+            .iter()
+            .chain(new.iter().copied())
+            .filter_map(|m| Some((m.name.clone(), timeline.member(&m.name)?.since(start))))
+            .collect();
+        let title = format!(
+            "{strategy} scale-out 1 → {} at {rate_mbit} Mbit/s, {} MiB: seconds since kubectl scale",
+            1 + k,
+            args.size_mib
+        );
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        std::fs::write(&path, testbed::timeline_svg::render_svg(&title, &members))
+            .with_context(|| format!("write {}", path.display()))?;
+        clock.say(format!("{group}: timeline written to {}", path.display()));
+    }
     clock.say(format!("{group}: deleting"));
     delete_group(bed, &group, args.timeout()).await?;
     if !args.keep_weights {
