@@ -9,6 +9,8 @@ use anyhow::{Context, Result, bail, ensure};
 use hcomm_e2e::testbed::examples::{NAMESPACE as NS, POOL_WAIT};
 use hcomm_e2e::testbed::{ExamplePools, MemberPod};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Api;
 use kube::api::EvictParams;
 
@@ -35,8 +37,25 @@ pub async fn kubectl_drain_moves_a_decode_member_through_hcomms_drain(
     let node = victim.node.clone();
     ensure!(!node.is_empty(), "{victim:?}: not bound");
 
+    // The group's budget: owned by the group, no eviction allowed.
+    let client = pools.bed.client().await?;
+    let budget = Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
+        .get("decode")
+        .await
+        .context("the decode group's PodDisruptionBudget")?;
+    let spec = budget.spec.clone().unwrap_or_default();
+    ensure!(
+        spec.max_unavailable == Some(IntOrString::Int(0))
+            && budget
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "HcommGroup" && o.name == "decode"),
+        "budget: {budget:?}"
+    );
     // A bare eviction is refused while hcomm has not moved the member.
-    let pods: Api<Pod> = Api::namespaced(pools.bed.client().await?, NS);
+    let pods: Api<Pod> = Api::namespaced(client, NS);
     match pods.evict(&victim.name, &EvictParams::default()).await {
         Err(kube::Error::Api(status)) if status.code == 429 => {}
         other => bail!(
@@ -79,12 +98,18 @@ pub async fn kubectl_drain_moves_a_decode_member_through_hcomms_drain(
     let new = timeline
         .member(&replacement[0].name)
         .context("replacement marks")?;
+    // The member stops taking traffic at its drain request, or, when `kubectl drain`'s
+    // retry evicted it first (the budget allows that once the replacement is Ready), when
+    // its SIGTERM drain ends.
+    let left = old.drain_requested.or(old.deleted);
     ensure!(
-        old.drain_requested.is_some() && new.ready.is_some() && new.ready <= old.drain_requested,
+        left.is_some() && new.ready.is_some() && new.ready <= left,
         "the replacement must be Ready before the member drains: member {old:?}, replacement {new:?}"
     );
+    // `Drained`: nothing was in flight when it left. A drain that ended in its SIGTERM
+    // (evicted once no longer Ready) may leave no condition: the Pod goes with its worker.
     ensure!(
-        old.drained_reason.as_deref() == Some("Drained"),
+        matches!(old.drained_reason.as_deref(), None | Some("Drained")),
         "{}: drained as {:?} ({old:?})",
         victim.name,
         old.drained_reason
@@ -127,8 +152,11 @@ pub async fn a_member_pod_deleted_directly_drains_on_sigterm_and_is_replaced(
         .timeline
         .member(&victim.name)
         .context("victim marks")?;
+    // The worker exits once nothing is in flight and the Pod object goes right after, so
+    // the agent's `drained` condition may not make it onto the Pod; when it does, it must
+    // say the drain ended with nothing in flight. The load's count is the proof either way.
     ensure!(
-        old.drained_reason.as_deref() == Some("Drained"),
+        matches!(old.drained_reason.as_deref(), None | Some("Drained")),
         "{}: a SIGTERM must drain to zero in flight, drained as {:?} ({old:?})",
         victim.name,
         old.drained_reason
