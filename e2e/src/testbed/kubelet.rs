@@ -178,6 +178,9 @@ struct Proc {
 /// A Pod whose processes are being stopped in the background.
 struct Terminating {
     key: String,
+    /// The Pod is deleted (its object goes once the processes stopped); else it finished,
+    /// or the testbed stops, and it stays: only the finalizer comes off.
+    deleted: bool,
     host: usize,
     ip: Ipv4Addr,
 }
@@ -217,7 +220,7 @@ async fn run(
                 Some(Ok(Event::Apply(pod) | Event::InitApply(pod))) => state.observe(&pod).await,
                 Some(Ok(Event::Delete(pod))) => {
                     if let Some(uid) = pod.metadata.uid.as_deref() {
-                        state.begin_termination(uid);
+                        state.begin_termination(uid, true);
                     }
                 }
                 Some(Ok(Event::Init | Event::InitDone)) => {}
@@ -231,7 +234,7 @@ async fn run(
     }
     let uids: Vec<String> = state.pods.keys().cloned().collect();
     for uid in uids {
-        state.begin_termination(&uid);
+        state.begin_termination(&uid, false);
     }
     // Every termination ends within its grace (then SIGKILL); a little more for the kill.
     let deadline = tokio::time::Instant::now() + MAX_GRACE + Duration::from_secs(5);
@@ -259,7 +262,7 @@ impl State {
             Some("Succeeded" | "Failed")
         );
         if pod.metadata.deletion_timestamp.is_some() || finished {
-            self.begin_termination(&uid);
+            self.begin_termination(&uid, pod.metadata.deletion_timestamp.is_some());
             return;
         }
         if self.pods.contains_key(&uid) || self.terminating.contains_key(&uid) {
@@ -510,7 +513,7 @@ impl State {
     /// Starts stopping a Pod's processes in the background (SIGTERM, the grace, SIGKILL);
     /// [`State::finish_termination`] follows once they all exited. A Pod not running here
     /// only has its devices freed.
-    fn begin_termination(&mut self, uid: &str) {
+    fn begin_termination(&mut self, uid: &str, deleted: bool) {
         if self.terminating.contains_key(uid) {
             return;
         }
@@ -534,6 +537,7 @@ impl State {
             uid.to_owned(),
             Terminating {
                 key: r.key,
+                deleted,
                 host: r.host,
                 ip: r.ip,
             },
@@ -555,9 +559,9 @@ impl State {
         }
         self.release(uid);
         tracing::info!(pod = %t.key, "kubelet: stopped");
-        let (client, key, uid) = (self.client.clone(), t.key, uid.to_owned());
+        let (client, key, uid, deleted) = (self.client.clone(), t.key, uid.to_owned(), t.deleted);
         tokio::spawn(async move {
-            if let Err(e) = let_object_go(&client, &key, &uid).await {
+            if let Err(e) = let_object_go(&client, &key, &uid, deleted).await {
                 tracing::warn!(pod = %key, error = %e, "kubelet: cannot release the Pod object");
             }
         });
@@ -633,9 +637,15 @@ async fn hold_object(client: &kube::Client, pod: &Pod) -> Result<(), String> {
     }
 }
 
-/// What a kubelet does once a deleted Pod's containers stopped: the finalizer off and the
-/// final delete with grace 0 (for the Pod of `uid` only; a Pod already gone is fine).
-async fn let_object_go(client: &kube::Client, key: &str, uid: &str) -> Result<(), String> {
+/// What a kubelet does once a Pod's containers stopped: the finalizer off, and for a
+/// `deleted` Pod the final delete with grace 0 (for the Pod of `uid` only; a Pod already
+/// gone is fine). A finished Pod stays, as a kubelet leaves it.
+async fn let_object_go(
+    client: &kube::Client,
+    key: &str,
+    uid: &str,
+    deleted: bool,
+) -> Result<(), String> {
     let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let gone = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 404 || s.code == 409);
@@ -652,6 +662,9 @@ async fn let_object_go(client: &kube::Client, key: &str, uid: &str) -> Result<()
                 "remove the finalizer: no answer within {OBJECT_DEADLINE:?}"
             ));
         }
+    }
+    if !deleted {
+        return Ok(());
     }
     let params = kube::api::DeleteParams {
         grace_period_seconds: Some(0),
