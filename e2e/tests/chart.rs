@@ -666,9 +666,45 @@ async fn helm_installs_into_a_real_control_plane_with_minimal_rbac() -> Result<(
         ("hcomm-operator", "list", "secrets", NAMESPACE),
         ("hcomm-operator", "delete", "secrets", NAMESPACE),
         ("hcomm-agent", "get", "secrets", NAMESPACE),
+        // Issue 19: one PodDisruptionBudget per group, applied server-side; the Nodes'
+        // cordons are watched.
+        (
+            "hcomm-operator",
+            "create",
+            "poddisruptionbudgets.policy",
+            "default",
+        ),
+        (
+            "hcomm-operator",
+            "patch",
+            "poddisruptionbudgets.policy",
+            "default",
+        ),
+        (
+            "hcomm-operator",
+            "get",
+            "poddisruptionbudgets.policy",
+            "default",
+        ),
+        ("hcomm-operator", "watch", "nodes", "default"),
     ];
     // ... and what they do not need is refused.
     let refused = [
+        // Budgets go with their group (owner reference); members are never evicted.
+        (
+            "hcomm-operator",
+            "delete",
+            "poddisruptionbudgets.policy",
+            "default",
+        ),
+        ("hcomm-operator", "create", "pods/eviction", "default"),
+        ("hcomm-operator", "patch", "nodes", "default"),
+        (
+            "hcomm-agent",
+            "patch",
+            "poddisruptionbudgets.policy",
+            "default",
+        ),
         ("hcomm-operator", "delete", "nodes", "default"),
         ("hcomm-operator", "create", "deployments.apps", "default"),
         ("hcomm-operator", "delete", "hcommnodes.hcomm.io", "default"),

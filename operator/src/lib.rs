@@ -16,6 +16,7 @@ pub mod apply;
 pub mod backoff;
 pub mod config;
 pub mod context;
+pub mod disruption;
 pub mod error;
 pub mod events;
 pub mod group_secret;
@@ -24,6 +25,7 @@ pub mod leader;
 pub mod links;
 pub mod metrics;
 pub mod observe;
+pub mod pdb;
 pub mod phase;
 pub mod planner;
 pub mod pod_builder;
@@ -40,7 +42,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use hcomm_crds::contract::LABEL_GROUP;
 use hcomm_crds::{HcommGroup, HcommNode};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -160,7 +162,7 @@ pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
         ),
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
-    let nodes: Api<HcommNode> = Api::all(client);
+    let nodes: Api<HcommNode> = Api::all(client.clone());
     // Only changes that can move a plan or a condition wake every group: agents republish
     // their HcommNode every few seconds (issue 20: 200 nodes kept 50 groups reconciling
     // without pause, seconds behind a scale request).
@@ -175,11 +177,20 @@ pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
         let changed = node.ok().filter(|n| relevant.changed(n)).map(|_| ());
         async move { changed }
     });
+    // A Node cordoned (`kubectl drain`) or uncordoned: its members move (`disruption`).
+    let mut cordons = disruption::CordonChanges::default();
+    let cordon_changes = watcher(Api::<Node>::all(client), watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .filter_map(move |node| {
+            let changed = node.ok().filter(|n| cordons.changed(n)).map(|_| ());
+            async move { changed }
+        });
     let controller = Controller::new(groups, watcher::Config::default());
     let group_store = controller.store();
     let run = controller
         .owns(pods, watcher::Config::default().labels(LABEL_GROUP))
-        .reconcile_all_on(node_changes)
+        .reconcile_all_on(futures::stream::select(node_changes, cordon_changes))
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {
             if let Err(error) = result {

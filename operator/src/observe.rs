@@ -4,7 +4,7 @@
 //! turn it into planner inputs (and, for the `LinksHealthy` condition, the link tests every
 //! node's agent published). The conversions are pure.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use hcomm_crds::contract::{LABEL_GROUP, LABEL_MANAGED_BY, MANAGER_NAME};
 use hcomm_crds::{DeviceHealth, HcommGroup, HcommNode, LinkTestResult, MemberPhase};
@@ -37,6 +37,8 @@ pub struct Observed {
     pub recorded: Recorded,
     /// The rank-table ConfigMap, if any.
     pub config_map: Option<ConfigMap>,
+    /// Cordoned Kubernetes Nodes (`kubectl drain`): their members move (`disruption`).
+    pub cordoned: BTreeSet<String>,
 }
 
 /// Reads everything the planner needs about `group`.
@@ -102,6 +104,7 @@ pub async fn fetch(ctx: &Context, group: &HcommGroup) -> Result<Observed> {
         link_tests: link_tests(&nodes.items),
         recorded: recorded(config_map.as_ref(), group),
         config_map,
+        cordoned: crate::disruption::cordoned(&kube_nodes.items),
     })
 }
 

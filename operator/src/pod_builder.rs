@@ -34,6 +34,9 @@ pub const VOLUME_NAME: &str = "hcomm-rank-table";
 /// of which each container mounts only its Pod's subdirectory).
 pub const AGENT_API_VOLUME: &str = "hcomm-agent-api";
 
+/// Seconds of a member's termination grace beyond its drain timeout: leaving the epoch.
+pub const LEAVE_GRACE_SECONDS: i64 = 15;
+
 /// The controller owner reference pointing at `group`.
 pub fn owner_reference(group: &HcommGroup) -> Option<OwnerReference> {
     let mut owner = group.controller_owner_ref(&())?;
@@ -86,6 +89,12 @@ pub fn build(group: &HcommGroup, member: &PlannedMember, epoch: i64, world_size:
     let env = environment(spec_, &name, member.index, epoch, world_size);
 
     let mut pod_spec: PodSpec = template.spec.unwrap_or_default();
+    // A member deleted directly (`kubectl delete pod`, an eviction, a node shutdown) drains
+    // on SIGTERM: unless the template says otherwise, it gets the group's drain time plus
+    // time to leave the epoch before the kubelet's SIGKILL.
+    pod_spec
+        .termination_grace_period_seconds
+        .get_or_insert(i64::from(spec_.scaling.drain_timeout_seconds) + LEAVE_GRACE_SECONDS);
     for container in &mut pod_spec.containers {
         let existing = container.env.get_or_insert_with(Vec::new);
         existing.retain(|e| !MANAGED_ENV.contains(&e.name.as_str()));
@@ -326,6 +335,21 @@ pub(crate) mod tests {
             .into_iter()
             .map(|e| (e.name, e.value.unwrap_or_default()))
             .collect()
+    }
+
+    #[test]
+    fn a_member_gets_its_drain_time_plus_leaving_as_grace_unless_the_template_sets_one() {
+        let g = group(decode());
+        let pod = build(&g, &member(1, "n1"), 3, 4);
+        let drain = i64::from(g.spec.scaling.drain_timeout_seconds);
+        assert_eq!(
+            pod.spec.unwrap().termination_grace_period_seconds,
+            Some(drain + LEAVE_GRACE_SECONDS)
+        );
+        let mut json = decode();
+        json["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 7.into();
+        let pod = build(&group(json), &member(1, "n1"), 3, 4);
+        assert_eq!(pod.spec.unwrap().termination_grace_period_seconds, Some(7));
     }
 
     #[test]

@@ -22,8 +22,8 @@ use crate::error::{Error, Result};
 use crate::links::{self, LinkReport};
 use crate::observe::{self, Observed};
 use crate::phase::ObservedMember;
-use crate::planner::{self, Desired, Plan, PlanInput};
-use crate::{allocation, group_secret, isolation, podgroup};
+use crate::planner::{Desired, Plan, PlanInput};
+use crate::{allocation, disruption, group_secret, isolation, pdb, podgroup};
 use crate::{events, status};
 
 pub use hcomm_crds::contract::FINALIZER;
@@ -66,6 +66,8 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
     // Before any member exists: members authenticate with it (`crate::group_secret`).
     if !deleting {
         group_secret::ensure(&ctx.client, &ctx.secrets_namespace, group).await?;
+        // Evictions (`kubectl drain`) are refused; members leave through hcomm's drain.
+        pdb::ensure(&ctx.client, group).await?;
     }
     let placement = ctx.placement.lock().await;
     let observed = observe::fetch(ctx, group).await?;
@@ -88,7 +90,9 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
         now,
     );
     input.new_members_after = ctx.failure_backoff(group, &members, now);
-    let plan = planner::plan(&input);
+    // The planner's plan, with members on cordoned nodes moved off (`disruption`).
+    let budget = disruption::Budget::of(&group.spec.scaling);
+    let plan = disruption::plan(&input, &observed.cordoned, budget);
     tracing::Span::current().record("epoch", plan.epoch);
     // Before the plan's Pods exist, so Volcano finds their PodGroup when they arrive.
     let pod_group = podgroup::sync(ctx, group, &plan).await;

@@ -3,8 +3,14 @@
 //! and for each one that kwok has given an IP it plumbs that IP into the Pod's host
 //! ([`SimHosts::add_pod_address`]) and runs the containers it knows (see [`super::launch`])
 //! as processes inside the host's network namespace, restarting them if they exit
-//! (`restartPolicy: Always`). When the Pod is deleted it sends SIGTERM, waits out the
-//! grace period (capped), kills, and removes the address.
+//! (`restartPolicy: Always`). When the Pod is deleted it does what a kubelet does: SIGTERM
+//! to every process, the Pod's `terminationGracePeriodSeconds` (capped at [`MAX_GRACE`])
+//! to exit, then SIGKILL; the address and devices are freed, and only then does the Pod
+//! object go (the kubelet's final delete with grace 0). Terminations run in the
+//! background, so a Pod draining for seconds holds up no other Pod's start. kwok deletes
+//! a deleted Pod at once, so while its processes run the Pod carries the finalizer
+//! [`FINALIZER`] (added before they start, removed when they stopped): the agent and the
+//! operator see a terminating Pod, as on a real node, for as long as its worker drains.
 //!
 //! With a [`DevicePlugin`] it also admits Pods that request NPUs as a kubelet with the
 //! Ascend device plugin does: devices allocated and the plugin's annotations written
@@ -37,7 +43,11 @@ use super::launch::{self, Launch};
 use crate::hosts::SimHosts;
 
 /// Longest grace a deleted Pod's processes get before SIGKILL.
-const MAX_GRACE: Duration = Duration::from_secs(10);
+pub const MAX_GRACE: Duration = Duration::from_secs(30);
+/// Holds a running Pod's object while its processes stop (see the module docs).
+pub const FINALIZER: &str = "testbed.hcomm.io/process-kubelet";
+/// Deadline of each API call about a Pod's object (finalizer, final delete).
+const OBJECT_DEADLINE: Duration = Duration::from_secs(10);
 /// Pause before restarting a process that exited.
 const RESTART_BACKOFF: Duration = Duration::from_secs(1);
 /// Deadline of the device plugin's annotation patch.
@@ -105,7 +115,10 @@ impl Kubelet {
                 None
             }
         };
+        let (stopped, stopped_rx) = tokio::sync::mpsc::unbounded_channel();
         let state = State {
+            stopped,
+            terminating: HashMap::new(),
             cgroups,
             client: client.clone(),
             annotated: std::collections::HashSet::new(),
@@ -114,7 +127,7 @@ impl Kubelet {
             pods: HashMap::new(),
             view: view.clone(),
         };
-        let task = tokio::spawn(run(client, state, rx));
+        let task = tokio::spawn(run(client, state, rx, stopped_rx));
         Kubelet {
             shutdown,
             task: Some(task),
@@ -162,7 +175,21 @@ struct Proc {
     log: PathBuf,
 }
 
+/// A Pod whose processes are being stopped in the background.
+struct Terminating {
+    key: String,
+    /// The Pod is deleted (its object goes once the processes stopped); else it finished,
+    /// or the testbed stops, and it stays: only the finalizer comes off.
+    deleted: bool,
+    host: usize,
+    ip: Ipv4Addr,
+}
+
 struct State {
+    /// Pod UIDs whose processes have all exited (sent by the termination tasks).
+    stopped: tokio::sync::mpsc::UnboundedSender<String>,
+    /// Pod UID → a Pod whose processes are stopping.
+    terminating: HashMap<String, Terminating>,
     /// Each Pod's cgroup, when this machine allows them.
     cgroups: Option<super::cgroups::PodCgroups>,
     client: kube::Client,
@@ -175,7 +202,12 @@ struct State {
     view: Arc<Mutex<BTreeMap<String, ProcessInfo>>>,
 }
 
-async fn run(client: kube::Client, mut state: State, mut shutdown: watch::Receiver<bool>) {
+async fn run(
+    client: kube::Client,
+    mut state: State,
+    mut shutdown: watch::Receiver<bool>,
+    mut stopped: tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
     let pods: Api<Pod> = Api::all(client);
     let mut events = watcher::watcher(pods, watcher::Config::default()).boxed();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
@@ -183,11 +215,12 @@ async fn run(client: kube::Client, mut state: State, mut shutdown: watch::Receiv
         tokio::select! {
             _ = shutdown.changed() => break,
             _ = tick.tick() => state.supervise(),
+            Some(uid) = stopped.recv() => state.finish_termination(&uid),
             event = events.next() => match event {
                 Some(Ok(Event::Apply(pod) | Event::InitApply(pod))) => state.observe(&pod).await,
                 Some(Ok(Event::Delete(pod))) => {
                     if let Some(uid) = pod.metadata.uid.as_deref() {
-                        state.terminate(uid).await;
+                        state.begin_termination(uid, true);
                     }
                 }
                 Some(Ok(Event::Init | Event::InitDone)) => {}
@@ -201,7 +234,21 @@ async fn run(client: kube::Client, mut state: State, mut shutdown: watch::Receiv
     }
     let uids: Vec<String> = state.pods.keys().cloned().collect();
     for uid in uids {
-        state.terminate(&uid).await;
+        state.begin_termination(&uid, false);
+    }
+    // Every termination ends within its grace (then SIGKILL); a little more for the kill.
+    let deadline = tokio::time::Instant::now() + MAX_GRACE + Duration::from_secs(5);
+    while !state.terminating.is_empty() {
+        match tokio::time::timeout_at(deadline, stopped.recv()).await {
+            Ok(Some(uid)) => state.finish_termination(&uid),
+            Ok(None) | Err(_) => {
+                tracing::warn!(
+                    left = state.terminating.len(),
+                    "kubelet: terminations unfinished at shutdown"
+                );
+                break;
+            }
+        }
     }
 }
 
@@ -215,10 +262,10 @@ impl State {
             Some("Succeeded" | "Failed")
         );
         if pod.metadata.deletion_timestamp.is_some() || finished {
-            self.terminate(&uid).await;
+            self.begin_termination(&uid, pod.metadata.deletion_timestamp.is_some());
             return;
         }
-        if self.pods.contains_key(&uid) {
+        if self.pods.contains_key(&uid) || self.terminating.contains_key(&uid) {
             return;
         }
         let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
@@ -251,6 +298,10 @@ impl State {
             pod.metadata.namespace.as_deref().unwrap_or("default"),
             pod.metadata.name.as_deref().unwrap_or("?")
         );
+        if let Err(e) = hold_object(&self.client, pod).await {
+            tracing::warn!(pod = %key, error = %e, "kubelet: cannot hold the Pod object while it runs; not starting");
+            return;
+        }
         if let Err(e) = self.hosts.add_pod_address(node.host, ip) {
             tracing::warn!(pod = %key, %ip, error = %e, "kubelet: cannot give the pod its address");
             return;
@@ -459,35 +510,61 @@ impl State {
         self.publish();
     }
 
-    async fn terminate(&mut self, uid: &str) {
-        let Some(mut r) = self.pods.remove(uid) else {
+    /// Starts stopping a Pod's processes in the background (SIGTERM, the grace, SIGKILL);
+    /// [`State::finish_termination`] follows once they all exited. A Pod not running here
+    /// only has its devices freed.
+    fn begin_termination(&mut self, uid: &str, deleted: bool) {
+        if self.terminating.contains_key(uid) {
+            return;
+        }
+        let Some(r) = self.pods.remove(uid) else {
             self.release(uid);
             return;
         };
-        for p in &mut r.procs {
-            if let Some(pid) = p.child.as_ref().and_then(Child::id) {
-                let _ = Command::new("kill")
-                    .args(["-TERM", &pid.to_string()])
-                    .status()
-                    .await;
-            }
-        }
-        for p in &mut r.procs {
-            if let Some(child) = p.child.as_mut()
-                && tokio::time::timeout(r.grace, child.wait()).await.is_err()
-            {
-                tracing::warn!(pod = %r.key, container = %p.launch.container, "kubelet: grace period over, killing");
-                let _ = child.kill().await;
-            }
-        }
+        let children: Vec<(String, Child)> = r
+            .procs
+            .into_iter()
+            .filter_map(|p| Some((p.launch.container, p.child?)))
+            .collect();
+        let (key, grace, done, pod_uid) =
+            (r.key.clone(), r.grace, self.stopped.clone(), uid.to_owned());
+        tracing::info!(pod = %key, ?grace, "kubelet: stopping (SIGTERM)");
+        tokio::spawn(async move {
+            stop_processes(&key, children, grace).await;
+            let _ = done.send(pod_uid);
+        });
+        self.terminating.insert(
+            uid.to_owned(),
+            Terminating {
+                key: r.key,
+                deleted,
+                host: r.host,
+                ip: r.ip,
+            },
+        );
+        self.publish();
+    }
+
+    /// A Pod's processes all exited: its cgroup, address and devices are freed, then its
+    /// object may go (the finalizer off, the final delete), in the background.
+    fn finish_termination(&mut self, uid: &str) {
+        let Some(t) = self.terminating.remove(uid) else {
+            return;
+        };
         if let Some(c) = &self.cgroups {
             c.remove(uid);
         }
-        if let Err(e) = self.hosts.remove_pod_address(r.host, r.ip) {
-            tracing::warn!(pod = %r.key, error = %e, "kubelet: cannot remove the pod address");
+        if let Err(e) = self.hosts.remove_pod_address(t.host, t.ip) {
+            tracing::warn!(pod = %t.key, error = %e, "kubelet: cannot remove the pod address");
         }
         self.release(uid);
-        tracing::info!(pod = %r.key, "kubelet: stopped");
+        tracing::info!(pod = %t.key, "kubelet: stopped");
+        let (client, key, uid, deleted) = (self.client.clone(), t.key, uid.to_owned(), t.deleted);
+        tokio::spawn(async move {
+            if let Err(e) = let_object_go(&client, &key, &uid, deleted).await {
+                tracing::warn!(pod = %key, error = %e, "kubelet: cannot release the Pod object");
+            }
+        });
         self.publish();
     }
 
@@ -508,6 +585,102 @@ impl State {
             }
         }
         *self.view.lock().expect("kubelet view") = view;
+    }
+}
+
+/// SIGTERM to each process, `grace` for all of them to exit, then SIGKILL.
+async fn stop_processes(key: &str, mut children: Vec<(String, Child)>, grace: Duration) {
+    for (_, child) in &children {
+        if let Some(pid) = child.id() {
+            let _ = tokio::time::timeout(
+                Duration::from_secs(5),
+                Command::new("kill")
+                    .args(["-TERM", &pid.to_string()])
+                    .status(),
+            )
+            .await;
+        }
+    }
+    let deadline = tokio::time::Instant::now() + grace;
+    for (container, child) in &mut children {
+        if tokio::time::timeout_at(deadline, child.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(pod = %key, %container, "kubelet: grace period over, killing");
+            let _ = child.kill().await;
+        }
+    }
+}
+
+/// Puts [`FINALIZER`] on `pod` (a strategic merge adds to the list), so its object stays
+/// while its processes stop.
+async fn hold_object(client: &kube::Client, pod: &Pod) -> Result<(), String> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    if pod
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == FINALIZER)
+    {
+        return Ok(());
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let patch = serde_json::json!({ "metadata": { "finalizers": [FINALIZER] } });
+    let (params, patch) = (PatchParams::default(), Patch::Strategic(&patch));
+    match tokio::time::timeout(OBJECT_DEADLINE, pods.patch(name, &params, &patch)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {OBJECT_DEADLINE:?}")),
+    }
+}
+
+/// What a kubelet does once a Pod's containers stopped: the finalizer off, and for a
+/// `deleted` Pod the final delete with grace 0 (for the Pod of `uid` only; a Pod already
+/// gone is fine). A finished Pod stays, as a kubelet leaves it.
+async fn let_object_go(
+    client: &kube::Client,
+    key: &str,
+    uid: &str,
+    deleted: bool,
+) -> Result<(), String> {
+    let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let gone = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 404 || s.code == 409);
+    let unhold = serde_json::json!({
+        "metadata": { "$deleteFromPrimitiveList/finalizers": [FINALIZER], "uid": uid }
+    });
+    let (params, unhold) = (PatchParams::default(), Patch::Strategic(&unhold));
+    match tokio::time::timeout(OBJECT_DEADLINE, pods.patch(name, &params, &unhold)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) if gone(&e) => return Ok(()),
+        Ok(Err(e)) => return Err(format!("remove the finalizer: {e}")),
+        Err(_) => {
+            return Err(format!(
+                "remove the finalizer: no answer within {OBJECT_DEADLINE:?}"
+            ));
+        }
+    }
+    if !deleted {
+        return Ok(());
+    }
+    let params = kube::api::DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match tokio::time::timeout(OBJECT_DEADLINE, pods.delete(name, &params)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) if gone(&e) => Ok(()),
+        Ok(Err(e)) => Err(format!("final delete: {e}")),
+        Err(_) => Err(format!(
+            "final delete: no answer within {OBJECT_DEADLINE:?}"
+        )),
     }
 }
 

@@ -17,6 +17,7 @@
 
 mod backend;
 mod check;
+mod disruption;
 mod faults;
 mod npu_faults;
 mod resources;
@@ -58,6 +59,8 @@ fn main() {
         scaling::both_example_pools_come_up_with_rank_tables_and_topology,
         scaling::scale_out_under_load_fails_no_request,
         scaling::drain_under_load,
+        disruption::kubectl_drain_moves_a_decode_member_through_hcomms_drain,
+        disruption::a_member_pod_deleted_directly_drains_on_sigterm_and_is_replaced,
         saturation::a_stranger_saturating_a_nodes_ports_marks_nothing_down_and_evicts_nobody,
         faults::a_weight_source_killed_mid_sync_is_replaced_by_the_other,
         faults::a_blackholed_data_nic_is_refused_and_the_next_host_used,

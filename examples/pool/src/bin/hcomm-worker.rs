@@ -18,6 +18,7 @@ async fn main() -> anyhow::Result<()> {
         _ = term.recv() => tracing::info!("SIGTERM: finishing requests in flight"),
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted: finishing requests in flight"),
     }
-    w.shutdown().await?;
+    // The same drain as an operator's request: see `worker::shutdown`.
+    worker::shutdown::drain_and_stop(w).await?;
     Ok(())
 }

@@ -10,10 +10,12 @@
 //! else `/run/hcomm/agent.sock`.
 //!
 //! Modules: [`state`] (admission, counters, pinned weights), [`weights`] (pin and
-//! digest), [`link`] (agent session and in-flight reporter), [`http`] (the API).
+//! digest), [`link`] (agent session and in-flight reporter), [`http`] (the API),
+//! [`shutdown`] (SIGTERM through hcomm's drain).
 
 pub mod http;
 pub mod link;
+pub mod shutdown;
 pub mod state;
 pub mod weights;
 
