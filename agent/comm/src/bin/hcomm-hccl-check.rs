@@ -7,7 +7,10 @@
 //!
 //! Each epoch runs `--ops` float32 all-reduces of `--count` elements where rank r contributes
 //! (r + 1) × (i + 1) at index i, and checks every element against the closed form; then,
-//! with `--health`, the backend's health check. The last line printed is the verdict:
+//! with `--health`, the backend's health check. With `--bench`, rank 0 then prints one
+//! nccl-tests-style row per message size of float32 sum all-reduces on device buffers
+//! (`bench bytes=… time_us=… algbw_gbs=… busbw_gbs=…`, busbw = algbw × 2(n−1)/n); each op
+//! waits for its stream, so small sizes measure latency. The last line printed is the verdict:
 //! `ok rank=… world=… epochs=… ops=… live_communicators=… reserved_bytes=…` (exit 0), or
 //! `error stage=… category=… elapsed_ms=… message=…` (exit 1), or `wrong …` (exit 2).
 
@@ -16,6 +19,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use hcomm_comm::hccl::types::{HcclDataType, HcclReduceOp};
 use hcomm_comm::hccl::{EpochSource, HcclBackend, HcclBackendConfig, LibrarySearch, types};
 use hcomm_comm::{Communicator, DataType, ReduceOp};
 
@@ -70,6 +74,23 @@ struct Args {
     /// Run the health check (HcclGetCommAsyncError) after each epoch's ops.
     #[arg(long)]
     health: bool,
+    /// After the first epoch's ops, benchmark all-reduce on device buffers.
+    #[arg(long)]
+    bench: bool,
+    /// Smallest benchmarked message, in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    min_bytes: usize,
+    /// Largest benchmarked message, in bytes.
+    #[arg(long, default_value_t = 256 << 20)]
+    max_bytes: usize,
+    /// Growth factor between benchmarked sizes.
+    #[arg(long, default_value_t = 2)]
+    factor: usize,
+    /// Timed iterations per size (after `--warmup` untimed ones).
+    #[arg(long, default_value_t = 20)]
+    iters: u32,
+    #[arg(long, default_value_t = 5)]
+    warmup: u32,
 }
 
 /// A failure with the stage it happened in and a fixed category.
@@ -167,6 +188,66 @@ async fn root_info(
     }
 }
 
+/// The benchmark rows (rank 0 prints them).
+async fn bench(backend: &HcclBackend, args: &Args) -> Result<(), Failure> {
+    let manager = std::sync::Arc::clone(backend.epochs());
+    let (device, rank, world) = (args.device, args.rank, args.world);
+    let (min, max, factor) = (args.min_bytes.max(4), args.max_bytes, args.factor.max(2));
+    let (iters, warmup) = (args.iters.max(1), args.warmup);
+    let timeout = Duration::from_millis(args.op_timeout_ms);
+    let rows = tokio::task::spawn_blocking(move || -> Result<Vec<String>, Failure> {
+        let api = manager.api();
+        let e = |e: hcomm_comm::HcclError| fail("bench", e.category(), e);
+        api.bind_thread(device).map_err(e)?;
+        let guard = manager.lock_current();
+        let cur = guard
+            .as_ref()
+            .ok_or_else(|| fail("bench", "HcclInvalidArgument", "no epoch serves"))?;
+        let mut rows = Vec::new();
+        let mut bytes = min;
+        while bytes <= max {
+            let count = (bytes / 4) as u64;
+            let send = api.malloc(bytes).map_err(e)?;
+            let mut recv = api.malloc(bytes).map_err(e)?;
+            let mut run = || {
+                cur.comm().all_reduce(
+                    &send,
+                    &mut recv,
+                    count,
+                    HcclDataType::Fp32,
+                    HcclReduceOp::Sum,
+                    cur.stream(),
+                    Some(timeout),
+                )
+            };
+            for _ in 0..warmup {
+                run().map_err(e)?;
+            }
+            let start = Instant::now();
+            for _ in 0..iters {
+                run().map_err(e)?;
+            }
+            let secs = start.elapsed().as_secs_f64() / f64::from(iters);
+            let algbw = bytes as f64 / secs / 1e9;
+            let busbw = algbw * 2.0 * f64::from(world - 1) / f64::from(world);
+            rows.push(format!(
+                "bench bytes={bytes} time_us={:.1} algbw_gbs={algbw:.2} busbw_gbs={busbw:.2}",
+                secs * 1e6
+            ));
+            bytes = bytes.saturating_mul(factor);
+        }
+        Ok(rows)
+    })
+    .await
+    .map_err(|e| fail("bench", "BuilderPanicked", e))??;
+    if rank == 0 {
+        for row in rows {
+            println!("{row}");
+        }
+    }
+    Ok(())
+}
+
 async fn run(args: &Args) -> Result<Outcome, Failure> {
     let mut config = HcclBackendConfig::new("hccl-check", args.device);
     if let Some(dir) = &args.lib_dir {
@@ -210,6 +291,9 @@ async fn run(args: &Args) -> Result<Outcome, Failure> {
                 }
             }
             ops += 1;
+        }
+        if args.bench && epoch == 1 {
+            bench(&backend, args).await?;
         }
         if args.health {
             backend
