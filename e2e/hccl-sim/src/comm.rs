@@ -13,6 +13,9 @@
 //! fails the op on every rank, it is never silently combined), computes each rank's result
 //! and sends it back. The exchange runs on the stream's thread, reads the send buffer when it
 //! starts and writes the receive buffer when it ends; until then both are pinned.
+//!
+//! Size: the rendezvous (both halves) and the collective exchange (both halves) share the
+//! communicator's state; split, each half would reach into the other's.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};

@@ -7,6 +7,8 @@
 //! its buffers must not be freed yet: the communicator is destroyed first (`HcclCommDestroy`
 //! stops a stuck communicator's work; the headers have no `HcclCommAbort`), the stream is
 //! checked idle, and only then may the buffers go; otherwise they are quarantined.
+//!
+//! Size: one safe wrapper per HCCL collective, each with its size checks and `SAFETY:` argument.
 
 use std::cell::Cell;
 use std::ffi::c_int;
