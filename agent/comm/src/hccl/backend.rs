@@ -13,6 +13,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use super::HcclError;
+use super::budget::{DEFAULT_BUFFER_SIZE_MB, HcclMemoryStats, MemoryBudget};
 use super::communicator::{HcclCommunicator, Job};
 use super::epoch::{EpochManager, EpochSettings, EpochSource};
 use super::ffi::Api;
@@ -34,11 +35,25 @@ pub struct HcclBackendConfig {
     pub destroy_deadline: Duration,
     /// How long to wait for a new epoch's communicator to be built.
     pub init_timeout: Duration,
+    /// HCCL's own per-collective deadline, set as each communicator's `hcclExecTimeOut`
+    /// (from the spec's `comm.execTimeoutSeconds`, like the `HCCL_EXEC_TIMEOUT` the operator
+    /// puts in the worker's environment); `None`: whatever `HCCL_EXEC_TIMEOUT` says (1836 s
+    /// by default). The connect deadline is HCCL's `HCCL_CONNECT_TIMEOUT` environment
+    /// variable only: HCCL has no per-communicator setting for it.
+    pub exec_timeout: Option<Duration>,
+    /// `HCCL_BUFFSIZE` in MB, set as each communicator's `hcclBufferSize` and used to account
+    /// its memory (twice this per communicator).
+    pub buffer_size_mb: u32,
+    /// The most HCCL buffer memory this process's communicators may hold together; a new
+    /// epoch past it is refused with [`HcclError::MemoryBudgetExceeded`]. `None`: no limit
+    /// (still counted, see [`HcclBackend::memory`]).
+    pub memory_budget_bytes: Option<u64>,
 }
 
 impl HcclBackendConfig {
     /// Defaults: libraries from `ASCEND_HOME_PATH` and the standard places, 120 s per op,
-    /// 30 s to destroy, 300 s to build an epoch.
+    /// 30 s to destroy, 300 s to build an epoch, HCCL's exec timeout and 200 MB buffers, no
+    /// memory limit.
     pub fn new(group: impl Into<String>, device: i32) -> Self {
         Self {
             search: LibrarySearch::from_env(),
@@ -47,6 +62,9 @@ impl HcclBackendConfig {
             op_timeout: Duration::from_secs(120),
             destroy_deadline: Duration::from_secs(30),
             init_timeout: Duration::from_secs(300),
+            exec_timeout: None,
+            buffer_size_mb: DEFAULT_BUFFER_SIZE_MB,
+            memory_budget_bytes: None,
         }
     }
 }
@@ -96,8 +114,12 @@ impl HcclBackend {
             op_timeout: config.op_timeout,
             destroy_deadline: config.destroy_deadline,
         };
+        let budget = MemoryBudget::new(config.buffer_size_mb, config.memory_budget_bytes);
+        let manager = EpochManager::new(api, settings)
+            .with_budget(budget)
+            .with_exec_timeout(config.exec_timeout);
         Ok(Self {
-            manager: Arc::new(EpochManager::new(api, settings)),
+            manager: Arc::new(manager),
             config,
             jobs: tx,
         })
@@ -106,6 +128,34 @@ impl HcclBackend {
     /// The epoch manager (prepare / switch / leave, live-handle count).
     pub fn epochs(&self) -> &Arc<EpochManager> {
         &self.manager
+    }
+
+    /// HCCL memory counters (live communicators, bytes held, budget, refusals, quarantined
+    /// bytes), for metrics.
+    pub fn memory(&self) -> HcclMemoryStats {
+        self.manager.memory()
+    }
+
+    /// Health check: `HcclGetCommAsyncError` on the serving communicator, on the device
+    /// thread. [`HcclError::AsyncError`] when HCCL reports one, and
+    /// [`HcclError::CommunicatorAborted`] when a failed collective destroyed it: either way
+    /// the epoch must be replaced. `Ok` when healthy or when no epoch serves yet.
+    pub async fn health_check(&self) -> Result<(), HcclError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let manager = Arc::clone(&self.manager);
+        let job: Job = Box::new(move || {
+            let result = match manager.lock_current().as_ref() {
+                Some(c) if c.comm().is_aborted() => Err(HcclError::CommunicatorAborted),
+                Some(c) => c.comm().async_error(),
+                None => Ok(()),
+            };
+            let _ = tx.send(result);
+        });
+        self.jobs
+            .send(job)
+            .map_err(|_| HcclError::BuilderPanicked { epoch: 0 })?;
+        rx.await
+            .map_err(|_| HcclError::BuilderPanicked { epoch: 0 })?
     }
 
     /// Root rank of a new epoch: the root info to hand to every member out of band.

@@ -21,34 +21,25 @@
 //!    `HcclCommDestroy`, retried on `HCCL_E_AGAIN` until a deadline, on a background thread.
 //!    [`EpochManager::live_communicators`] counts live handles so a leak is visible.
 //!
+//! Every build first reserves its HCCL memory in the manager's [`MemoryBudget`] (refused with
+//! [`HcclError::MemoryBudgetExceeded`] when over) and initialises under the device's init lock
+//! (`init_lock`), so two builds on one device never run HCCL's init concurrently.
+//!
 //! Every rank of the new epoch switches at the same collective boundary: the agent tells all
 //! members "switch after operation N" out of band (the same protocol as the TCP backend).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::HcclError;
+use super::budget::{BudgetToken, DEFAULT_BUFFER_SIZE_MB, HcclMemoryStats, MemoryBudget};
 use super::ffi::{Api, Comm, Stream};
+use super::init_lock::lock_device;
 use super::slot::{Epoched, Pending, Slot};
-use super::types::{HCCL_COMM_CONFIG_COMM_NAME, HcclCommConfig, HcclRootInfo};
-
-/// Counts a live communicator while it exists (decremented on drop, whatever the path).
-#[derive(Debug)]
-struct LiveToken(Arc<AtomicUsize>);
-
-impl LiveToken {
-    fn new(count: &Arc<AtomicUsize>) -> Self {
-        count.fetch_add(1, Ordering::SeqCst);
-        Self(Arc::clone(count))
-    }
-}
-
-impl Drop for LiveToken {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
+use super::types::{
+    HCCL_COMM_CONFIG_BUFFER_SIZE, HCCL_COMM_CONFIG_COMM_NAME, HCCL_COMM_CONFIG_EXEC_TIMEOUT,
+    HcclCommConfig, HcclRootInfo,
+};
 
 /// One epoch's communicator and the stream its collectives run on.
 #[derive(Debug)]
@@ -60,7 +51,7 @@ pub struct EpochComm {
     device: i32,
     op_timeout: Duration,
     destroy_deadline: Duration,
-    _live: LiveToken,
+    _budget: BudgetToken,
 }
 
 impl EpochComm {
@@ -89,7 +80,7 @@ impl Epoched for EpochComm {
             device,
             op_timeout,
             destroy_deadline,
-            _live,
+            _budget,
         } = self;
         let bound = comm.api().bind_thread(device);
         let synced = bound.and_then(|()| stream.synchronize(Some(op_timeout)));
@@ -136,7 +127,8 @@ pub struct EpochManager {
     settings: EpochSettings,
     slot: Slot<EpochComm>,
     base: Arc<Mutex<Option<EpochComm>>>,
-    live: Arc<AtomicUsize>,
+    budget: MemoryBudget,
+    exec_timeout: Option<Duration>,
 }
 
 impl EpochManager {
@@ -147,7 +139,37 @@ impl EpochManager {
             settings,
             slot: Slot::default(),
             base: Arc::new(Mutex::new(None)),
-            live: Arc::new(AtomicUsize::new(0)),
+            budget: MemoryBudget::new(DEFAULT_BUFFER_SIZE_MB, None),
+            exec_timeout: None,
+        }
+    }
+
+    /// Accounts HCCL memory in `budget` (and configures communicators with its buffer size)
+    /// instead of the default: 200 MB buffers, no limit.
+    pub fn with_budget(mut self, budget: MemoryBudget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// Configures communicators with this `hcclExecTimeOut` (`None`: HCCL's
+    /// `HCCL_EXEC_TIMEOUT`). Whole seconds, rounded up.
+    pub fn with_exec_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.exec_timeout = timeout;
+        self
+    }
+
+    /// HCCL memory counters, for metrics.
+    pub fn memory(&self) -> HcclMemoryStats {
+        self.budget.stats()
+    }
+
+    /// `HcclGetCommAsyncError` on the serving communicator ([`HcclError::AsyncError`] when it
+    /// reports one); `Ok` when no communicator serves. Call it on a thread bound to the device
+    /// (the backend's [`super::HcclBackend::health_check`] does).
+    pub fn check_async_error(&self) -> Result<(), HcclError> {
+        match self.lock_current().as_ref() {
+            Some(c) => c.comm().async_error(),
+            None => Ok(()),
         }
     }
 
@@ -164,7 +186,7 @@ impl EpochManager {
     /// HCCL communicators alive in this process (serving + base + building + retiring): a
     /// number that must not grow with the count of scale events.
     pub fn live_communicators(&self) -> usize {
-        self.live.load(Ordering::SeqCst)
+        self.budget.stats().live_communicators
     }
 
     /// Root rank of a new epoch: makes the root info to hand to every member.
@@ -173,13 +195,28 @@ impl EpochManager {
         self.api.get_root_info()
     }
 
-    fn config(api: &Api, name: &str) -> Box<HcclCommConfig> {
-        let cfg = HcclCommConfig::new();
-        // Only name the communicator where the release says it understands names.
-        match api.config_capability() {
-            Some(cap) if cap > HCCL_COMM_CONFIG_COMM_NAME => cfg.with_comm_name(name),
-            _ => cfg,
+    fn config(
+        api: &Api,
+        name: &str,
+        buffer_size_mb: u32,
+        exec_timeout: Option<Duration>,
+    ) -> Box<HcclCommConfig> {
+        let mut cfg = HcclCommConfig::new();
+        // Only set what the release says it understands.
+        let cap = api.config_capability().unwrap_or(0);
+        if cap > HCCL_COMM_CONFIG_BUFFER_SIZE {
+            cfg = cfg.with_buffer_size_mb(buffer_size_mb);
         }
+        if cap > HCCL_COMM_CONFIG_COMM_NAME {
+            cfg = cfg.with_comm_name(name);
+        }
+        if let Some(t) = exec_timeout
+            && cap > HCCL_COMM_CONFIG_EXEC_TIMEOUT
+        {
+            let secs = t.as_secs() + u64::from(t.subsec_nanos() > 0);
+            cfg = cfg.with_exec_timeout_secs(i32::try_from(secs).unwrap_or(i32::MAX));
+        }
+        cfg
     }
 
     /// Starts building `epoch`'s communicator on a background thread; the current epoch keeps
@@ -187,15 +224,19 @@ impl EpochManager {
     pub fn prepare(&self, epoch: u64, source: EpochSource) -> PendingEpoch {
         let api = Arc::clone(&self.api);
         let base = Arc::clone(&self.base);
-        let live = Arc::clone(&self.live);
+        let budget = self.budget.clone();
+        let exec_timeout = self.exec_timeout;
         let settings = self.settings.clone();
         Pending::spawn(epoch, move || {
+            let token = budget.reserve()?;
             api.bind_thread(settings.device)?;
             let name = format!("{}-e{epoch}", settings.group);
             let stream = api.create_stream()?;
+            let mb = budget.buffer_size_mb();
+            let _init = lock_device(settings.device);
             let comm = match source {
                 EpochSource::RootInfo { root, world, rank } => {
-                    let cfg = Self::config(&api, &name);
+                    let cfg = Self::config(&api, &name, mb, exec_timeout);
                     api.comm_init_root_info(world, &root, rank, Some(&cfg))?
                 }
                 EpochSource::Carve { base_ranks } => {
@@ -203,7 +244,7 @@ impl EpochManager {
                     let parent = guard.as_ref().ok_or_else(|| {
                         HcclError::InvalidArgument("no base communicator to carve from".into())
                     })?;
-                    let mut cfg = Self::config(&api, &name);
+                    let mut cfg = Self::config(&api, &name, mb, exec_timeout);
                     api.create_sub_comm(parent.comm(), &base_ranks, epoch, &mut cfg)?
                 }
             };
@@ -214,7 +255,7 @@ impl EpochManager {
                 device: settings.device,
                 op_timeout: settings.op_timeout,
                 destroy_deadline: settings.destroy_deadline,
-                _live: LiveToken::new(&live),
+                _budget: token,
             })
         })
     }

@@ -67,6 +67,43 @@ pub enum HcclError {
     /// The background thread building an epoch panicked.
     #[error("background build of epoch {epoch} panicked")]
     BuilderPanicked { epoch: u64 },
+    /// A collective failed or did not finish within the op timeout after it was enqueued.
+    /// HCCL may still have been using its device buffers, so the communicator was destroyed
+    /// first (`HcclCommDestroy` stops a stuck communicator's work; HCCL has no abort call);
+    /// if that could not be confirmed, the buffers were quarantined (leaked) rather than
+    /// freed. The communicator is unusable afterwards: its epoch must be replaced.
+    #[error(
+        "{call} {}: {cause}; communicator {}, {quarantined_bytes} device bytes quarantined",
+        if *.timed_out { "did not finish within the op timeout" } else { "failed on the device" },
+        if *.communicator_destroyed { "destroyed before any buffer was freed" } else { "could not be destroyed" }
+    )]
+    OpAborted {
+        call: &'static str,
+        cause: Box<HcclError>,
+        timed_out: bool,
+        communicator_destroyed: bool,
+        quarantined_bytes: usize,
+    },
+    /// The communicator was destroyed after a failed collective (see [`Self::OpAborted`]).
+    #[error("the communicator was aborted after a failed collective; its epoch must be replaced")]
+    CommunicatorAborted,
+    /// `HcclGetCommAsyncError` reported an error raised by work already enqueued (HCCL reports
+    /// an RDMA error completion as `HCCL_E_REMOTE`).
+    #[error(
+        "HcclGetCommAsyncError reports {name} ({code}): the communicator's links are broken; replace its epoch"
+    )]
+    AsyncError { code: i32, name: &'static str },
+    /// A new communicator would take HCCL memory past the configured budget
+    /// (`HCCL_BUFFSIZE` MB twice per communicator, times the communicators alive).
+    #[error(
+        "HCCL memory budget exceeded: a new communicator needs {needed} bytes, {reserved} are          held by {live} live communicator(s), the budget is {budget}; wait for an old epoch to          be destroyed, lower bufferSizeMb or raise the budget"
+    )]
+    MemoryBudgetExceeded {
+        needed: u64,
+        reserved: u64,
+        live: usize,
+        budget: u64,
+    },
 }
 
 impl HcclError {
@@ -85,6 +122,13 @@ impl HcclError {
             Self::Timeout { .. } => "HcclTimeout",
             Self::InvalidArgument(_) => "HcclInvalidArgument",
             Self::BuilderPanicked { .. } => "HcclBuilderPanicked",
+            Self::OpAborted {
+                timed_out: true, ..
+            } => "HcclOpTimeout",
+            Self::OpAborted { .. } => "HcclOpFailed",
+            Self::CommunicatorAborted => "HcclCommunicatorAborted",
+            Self::AsyncError { .. } => "HcclAsyncError",
+            Self::MemoryBudgetExceeded { .. } => "HcclMemoryBudgetExceeded",
         }
     }
 }

@@ -109,12 +109,15 @@ impl HcclError {
                 op: op.into(),
                 reason: e.to_string(),
             },
-            e @ (HcclError::MissingSymbols { .. } | HcclError::BuilderPanicked { .. }) => {
-                CommError::Aborted {
-                    ctx: ctx(),
-                    reason: e.to_string(),
-                }
-            }
+            e @ (HcclError::MissingSymbols { .. }
+            | HcclError::BuilderPanicked { .. }
+            | HcclError::OpAborted { .. }
+            | HcclError::CommunicatorAborted
+            | HcclError::AsyncError { .. }
+            | HcclError::MemoryBudgetExceeded { .. }) => CommError::Aborted {
+                ctx: ctx(),
+                reason: e.to_string(),
+            },
         }
     }
 }

@@ -16,19 +16,24 @@
 //!   HCCL-independent, tested state machine in `slot`;
 //! - `mapping`: our `DataType` / `ReduceOp` to HCCL's (and which of ours HCCL lacks);
 //! - `backend`: [`HcclBackend`], the backend object the agent holds, and `communicator`:
-//!   one epoch's [`HcclCommunicator`].
+//!   one epoch's [`HcclCommunicator`];
+//! - `budget`: HCCL memory (`HCCL_BUFFSIZE` × live communicators) against a limit;
+//!   `init_lock`: one communicator initialisation at a time per device.
 
 mod backend;
+mod budget;
 mod communicator;
 pub mod epoch;
 mod error;
 mod ffi;
+mod init_lock;
 mod mapping;
 mod search;
 mod slot;
 pub mod types;
 
 pub use backend::{HcclBackend, HcclBackendConfig};
+pub use budget::{DEFAULT_BUFFER_SIZE_MB, HcclMemoryStats, MemoryBudget};
 pub use communicator::HcclCommunicator;
 pub use epoch::{EpochComm, EpochManager, EpochSettings, EpochSource, PendingEpoch};
 pub use error::HcclError;

@@ -117,6 +117,9 @@ pub const ACL_SUCCESS: i32 = 0;
 /// `ACL_ERROR_REPEAT_INITIALIZE` (acl_base.h): `aclInit` was already called in this process
 /// (e.g. by the inference engine); not an error for us.
 pub const ACL_ERROR_REPEAT_INITIALIZE: i32 = 100_002;
+/// `ACL_ERROR_RT_STREAM_SYNC_TIMEOUT` (rt_error_codes.h): `aclrtSynchronizeStreamWithTimeout`
+/// ran out of time while the stream's work was still running.
+pub const ACL_ERROR_RT_STREAM_SYNC_TIMEOUT: i32 = 507_046;
 /// `aclrtMemMallocPolicy::ACL_MEM_MALLOC_HUGE_FIRST` (acl_rt.h).
 pub const ACL_MEM_MALLOC_HUGE_FIRST: u32 = 0;
 /// `aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE` (acl_rt.h).
@@ -168,6 +171,8 @@ impl std::fmt::Debug for HcclRootInfo {
 pub const HCCL_COMM_CONFIG_MAGIC_WORD: u32 = 0xf0f0_f0f0;
 /// `HCCL_COMM_CONFIG_VERSION` (hccl_types.h) of the layout below.
 pub const HCCL_COMM_CONFIG_VERSION: u32 = 10;
+/// `HcclCommConfigCapability::HCCL_COMM_CONFIG_BUFFER_SIZE` (hccl_types.h).
+pub const HCCL_COMM_CONFIG_BUFFER_SIZE: u32 = 0;
 /// `HcclCommConfigCapability::HCCL_COMM_CONFIG_COMM_NAME` (hccl_types.h).
 pub const HCCL_COMM_CONFIG_COMM_NAME: u32 = 2;
 /// `HcclCommConfigCapability::HCCL_COMM_CONFIG_EXEC_TIMEOUT` (hccl_types.h).
@@ -241,6 +246,12 @@ impl HcclCommConfig {
         let n = bytes.len().min(COMM_NAME_MAX_LENGTH - 1);
         self.hccl_comm_name = [0; COMM_NAME_MAX_LENGTH];
         self.hccl_comm_name[..n].copy_from_slice(&bytes[..n]);
+        self
+    }
+
+    /// HCCL buffer size in MB (`hcclBufferSize`; `HCCL_BUFFSIZE` for this communicator).
+    pub fn with_buffer_size_mb(mut self: Box<Self>, mb: u32) -> Box<Self> {
+        self.hccl_buffer_size = mb;
         self
     }
 

@@ -1,7 +1,16 @@
 //! The owned [`Comm`] handle over an `HcclComm`: its collectives and point-to-point calls
 //! (each synchronises its stream before returning, see the parent module's rules) and its
 //! destruction, retried on `HCCL_E_AGAIN` until a deadline.
+//!
+//! A collective whose stream synchronisation fails or times out may still be running on the
+//! device (HCCL's own `HCCL_EXEC_TIMEOUT` defaults to 1836 s, far past any op timeout), so
+//! its buffers must not be freed yet: the communicator is destroyed first (`HcclCommDestroy`
+//! stops a stuck communicator's work; the headers have no `HcclCommAbort`), the stream is
+//! checked idle, and only then may the buffers go; otherwise they are quarantined.
+//!
+//! Size: one safe wrapper per HCCL collective, each with its size checks and `SAFETY:` argument.
 
+use std::cell::Cell;
 use std::ffi::c_int;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,13 +18,18 @@ use std::time::{Duration, Instant};
 use super::handles::{DeviceBuffer, Stream};
 use super::{Api, HCCL_LIB, Handle};
 use crate::hccl::HcclError;
-use crate::hccl::types::{HCCL_E_AGAIN, HCCL_SUCCESS, HcclDataType, HcclReduceOp};
+use crate::hccl::types::{
+    ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, HCCL_E_AGAIN, HCCL_SUCCESS, HcclDataType, HcclReduceOp,
+    hccl_result_name,
+};
 
 /// An `HcclComm`. Destroy it with [`Comm::destroy`] (retries `HCCL_E_AGAIN` until a
 /// deadline); dropping an undestroyed one destroys it with a short deadline.
 #[derive(Debug)]
 pub struct Comm {
-    raw: Option<Handle>,
+    raw: Cell<Option<Handle>>,
+    /// Set once destroyed after a failed collective.
+    aborted: Cell<bool>,
     world: u32,
     rank: u32,
     api: Arc<Api>,
@@ -27,11 +41,17 @@ unsafe impl Send for Comm {}
 
 /// How long `Drop` keeps retrying `HcclCommDestroy` on `HCCL_E_AGAIN`.
 const DROP_DESTROY_DEADLINE: Duration = Duration::from_secs(10);
+/// How long destroying the communicator of a failed collective may keep answering
+/// `HCCL_E_AGAIN` before its buffers are quarantined instead.
+const ABORT_DESTROY_DEADLINE: Duration = Duration::from_secs(10);
+/// How long the stream may take to drain once its communicator is destroyed.
+const ABORT_IDLE_DEADLINE: Duration = Duration::from_secs(5);
 
 impl Comm {
     pub(super) fn from_raw(raw: Handle, world: u32, rank: u32, api: &Arc<Api>) -> Self {
         Self {
-            raw: Some(raw),
+            raw: Cell::new(Some(raw)),
+            aborted: Cell::new(false),
             world,
             rank,
             api: Arc::clone(api),
@@ -54,8 +74,20 @@ impl Comm {
     }
 
     pub(super) fn handle(&self) -> Result<Handle, HcclError> {
-        self.raw
-            .ok_or_else(|| HcclError::InvalidArgument("communicator already destroyed".into()))
+        if self.aborted.get() {
+            return Err(HcclError::CommunicatorAborted);
+        }
+        match self.raw.get() {
+            Some(raw) => Ok(raw),
+            None => Err(HcclError::InvalidArgument(
+                "communicator already destroyed".into(),
+            )),
+        }
+    }
+
+    /// Whether a failed collective destroyed this communicator.
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.get()
     }
 
     fn count_bytes(count: u64, dtype: HcclDataType, times: u32) -> Result<usize, HcclError> {
@@ -66,15 +98,62 @@ impl Comm {
             .ok_or_else(|| HcclError::InvalidArgument(format!("count {count} overflows")))
     }
 
+    /// After the launch: waits for the stream; on failure, makes `buffers` safe to drop
+    /// before returning (see the module docs).
     fn finish(
         &self,
         call: &'static str,
         code: c_int,
         stream: &Stream,
         timeout: Option<Duration>,
+        buffers: &[&DeviceBuffer],
     ) -> Result<(), HcclError> {
         self.api.hccl_check(call, code)?;
-        stream.synchronize(timeout)
+        stream
+            .synchronize(timeout)
+            .map_err(|cause| self.abort_in_flight(call, cause, stream, buffers))
+    }
+
+    fn abort_in_flight(
+        &self,
+        call: &'static str,
+        cause: HcclError,
+        stream: &Stream,
+        buffers: &[&DeviceBuffer],
+    ) -> HcclError {
+        let is_timeout = |e: &HcclError| matches!(e, HcclError::Acl { code, .. } if *code == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
+        let timed_out = is_timeout(&cause);
+        let destroyed = self.destroy_inner(ABORT_DESTROY_DEADLINE);
+        self.aborted.set(true);
+        // Once destroyed, the aborted work ends with an error of its own: any answer but a
+        // timeout means the stream is idle.
+        let idle = destroyed.is_ok()
+            && stream
+                .synchronize(Some(ABORT_IDLE_DEADLINE))
+                .err()
+                .is_none_or(|e| !is_timeout(&e));
+        let mut quarantined_bytes = 0;
+        if !idle {
+            for b in buffers {
+                b.quarantine();
+                quarantined_bytes += b.len();
+            }
+        }
+        tracing::error!(
+            call,
+            error = %cause,
+            timed_out,
+            destroyed = destroyed.is_ok(),
+            quarantined_bytes,
+            "collective failed; communicator destroyed before its buffers were released"
+        );
+        HcclError::OpAborted {
+            call,
+            cause: Box::new(cause),
+            timed_out,
+            communicator_destroyed: destroyed.is_ok(),
+            quarantined_bytes,
+        }
     }
 
     /// `HcclAllReduce` of `count` elements from `send` into `recv`, then waits for the stream.
@@ -105,7 +184,7 @@ impl Comm {
                 stream.raw,
             )
         };
-        self.finish("HcclAllReduce", code, stream, timeout)
+        self.finish("HcclAllReduce", code, stream, timeout, &[send, &*recv])
     }
 
     /// `HcclAllGather`: `send_count` elements from every rank into `recv` (world × that).
@@ -137,7 +216,7 @@ impl Comm {
                 stream.raw,
             )
         };
-        self.finish("HcclAllGather", code, stream, timeout)
+        self.finish("HcclAllGather", code, stream, timeout, &[send, &*recv])
     }
 
     /// `HcclReduceScatter`: `send` holds world × `recv_count` elements; `recv` gets this
@@ -173,7 +252,7 @@ impl Comm {
                 stream.raw,
             )
         };
-        self.finish("HcclReduceScatter", code, stream, timeout)
+        self.finish("HcclReduceScatter", code, stream, timeout, &[send, &*recv])
     }
 
     /// `HcclReduce` of `count` elements to `root`, where exported.
@@ -215,7 +294,7 @@ impl Comm {
                 stream.raw,
             )
         };
-        self.finish("HcclReduce", code, stream, timeout)
+        self.finish("HcclReduce", code, stream, timeout, &[send, &*recv])
     }
 
     /// `HcclBroadcast` of `count` elements from `root`, in place.
@@ -246,7 +325,7 @@ impl Comm {
                 stream.raw,
             )
         };
-        self.finish("HcclBroadcast", code, stream, timeout)
+        self.finish("HcclBroadcast", code, stream, timeout, &[&*buf])
     }
 
     /// `HcclSend` of `count` elements to `peer`.
@@ -271,7 +350,7 @@ impl Comm {
                 stream.raw,
             )
         };
-        self.finish("HcclSend", code, stream, timeout)
+        self.finish("HcclSend", code, stream, timeout, &[buf])
     }
 
     /// `HcclRecv` of `count` elements from `peer`.
@@ -296,7 +375,7 @@ impl Comm {
                 stream.raw,
             )
         };
-        self.finish("HcclRecv", code, stream, timeout)
+        self.finish("HcclRecv", code, stream, timeout, &[&*buf])
     }
 
     /// `HcclAlltoAllV`: counts and displacements in elements, one per rank.
@@ -359,7 +438,7 @@ impl Comm {
                 stream.raw,
             )
         };
-        self.finish("HcclAlltoAllV", code, stream, timeout)
+        self.finish("HcclAlltoAllV", code, stream, timeout, &[send, &*recv])
     }
 
     /// `HcclBarrier`, where exported.
@@ -370,7 +449,7 @@ impl Comm {
         })?;
         // SAFETY: live comm and stream.
         let code = unsafe { f(self.handle()?, stream.raw) };
-        self.finish("HcclBarrier", code, stream, timeout)
+        self.finish("HcclBarrier", code, stream, timeout, &[])
     }
 
     /// `HcclGetCommAsyncError`, where exported: an error raised by work already enqueued.
@@ -382,17 +461,26 @@ impl Comm {
         // SAFETY: live comm; `err` is a valid out-pointer.
         let code = unsafe { f(self.handle()?, &mut err) };
         self.api.hccl_check("HcclGetCommAsyncError", code)?;
-        self.api.hccl_check("HcclGetCommAsyncError(async)", err)
+        if err == HCCL_SUCCESS {
+            Ok(())
+        } else {
+            Err(HcclError::AsyncError {
+                code: err,
+                name: hccl_result_name(err),
+            })
+        }
     }
 
     /// `HcclCommDestroy`, retried while it answers `HCCL_E_AGAIN` (work still in flight) until
     /// `deadline` has passed.
-    pub fn destroy(mut self, deadline: Duration) -> Result<(), HcclError> {
+    pub fn destroy(self, deadline: Duration) -> Result<(), HcclError> {
         self.destroy_inner(deadline)
     }
 
-    fn destroy_inner(&mut self, deadline: Duration) -> Result<(), HcclError> {
-        let Some(raw) = self.raw else { return Ok(()) };
+    fn destroy_inner(&self, deadline: Duration) -> Result<(), HcclError> {
+        let Some(raw) = self.raw.get() else {
+            return Ok(());
+        };
         let start = Instant::now();
         let mut backoff = Duration::from_millis(1);
         loop {
@@ -400,7 +488,7 @@ impl Comm {
             // destroyed exactly once.
             let code = unsafe { (self.api.hccl.HcclCommDestroy)(raw) };
             if code != HCCL_E_AGAIN {
-                self.raw = None;
+                self.raw.set(None);
                 return self.api.hccl_check("HcclCommDestroy", code);
             }
             if start.elapsed() >= deadline {

@@ -2,7 +2,9 @@
 //! is in `comm`). Each keeps the [`Api`] (and so the loaded libraries) alive and releases
 //! its object exactly once.
 
+use std::cell::Cell;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{Api, Handle, Ptr};
@@ -58,12 +60,22 @@ impl Drop for Stream {
     }
 }
 
-/// Device memory from `aclrtMalloc`; freed on drop.
+/// Device bytes leaked on purpose because HCCL might still have been using them (see
+/// [`DeviceBuffer::quarantine`]); process-wide, for a metric.
+static QUARANTINED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Device bytes this process quarantined instead of freeing.
+pub fn quarantined_device_bytes() -> u64 {
+    QUARANTINED_BYTES.load(Ordering::Relaxed)
+}
+
+/// Device memory from `aclrtMalloc`; freed on drop, unless quarantined.
 #[derive(Debug)]
 pub struct DeviceBuffer {
     pub(super) ptr: Ptr,
     len: usize,
     api: Arc<Api>,
+    quarantined: Cell<bool>,
 }
 
 // SAFETY: device memory is addressable from any host thread bound to the device; the buffer
@@ -76,7 +88,15 @@ impl DeviceBuffer {
             ptr,
             len,
             api: Arc::clone(api),
+            quarantined: Cell::new(false),
         }
+    }
+
+    /// Never free this buffer: a collective that may still be running on the device uses it
+    /// and its communicator could not be destroyed. Leaking is the safe failure; freeing
+    /// would let HCCL write into memory the next allocation owns.
+    pub(super) fn quarantine(&self) {
+        self.quarantined.set(true);
     }
 
     /// Length in bytes.
@@ -145,8 +165,17 @@ impl Drop for DeviceBuffer {
         if self.ptr.is_null() {
             return;
         }
+        if self.quarantined.get() {
+            QUARANTINED_BYTES.fetch_add(self.len as u64, Ordering::Relaxed);
+            tracing::error!(
+                bytes = self.len,
+                "device buffer quarantined (leaked): HCCL may still use it"
+            );
+            return;
+        }
         // SAFETY: `self.ptr` came from aclrtMalloc and is freed exactly once; every collective
-        // that used it synchronised its stream before returning.
+        // that used it either completed (its stream synchronised) or had its communicator
+        // destroyed, which stops its work, before returning; otherwise it is quarantined.
         let code = unsafe { (self.api.acl.aclrtFree)(self.ptr) };
         if code != ACL_SUCCESS {
             tracing::warn!(code, "aclrtFree failed");

@@ -13,7 +13,9 @@
 //! - every device pointer handed to HCCL belongs to a live [`DeviceBuffer`] whose length is
 //!   checked against `count * element size` first;
 //! - every collective waits for its stream before returning, so a borrowed buffer outlives the
-//!   device's use of it (no asynchronous API is exposed safely);
+//!   device's use of it (no asynchronous API is exposed safely); when that wait fails or times
+//!   out, the communicator is destroyed (which stops its work) before the call returns, and if
+//!   that cannot be confirmed the buffers are quarantined, never freed;
 //! - the `Library` handles live in [`Api`], which every handle type keeps alive through an
 //!   `Arc`, so no function pointer outlives its library.
 #![allow(unsafe_code)]
@@ -24,7 +26,7 @@ mod handles;
 mod loader_tests;
 
 pub use comm::Comm;
-pub use handles::{DeviceBuffer, Stream};
+pub use handles::{DeviceBuffer, Stream, quarantined_device_bytes};
 
 use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_void};
