@@ -59,11 +59,10 @@ fn the_headers_error_codes_are_the_librarys() {
         line.split('=')
             .nth(1)
             .unwrap()
-            .trim()
-            .split(',')
+            .trim_start()
+            .split(|c: char| !c.is_ascii_digit())
             .next()
             .unwrap()
-            .trim()
             .parse()
             .unwrap()
     };
