@@ -75,7 +75,7 @@ async fn main() -> anyhow::Result<()> {
         match words.as_slice() {
             ["pod", name] => {
                 let uid = format!("uid-{name}");
-                let path = args.dir.join(&uid).join("agent.sock");
+                let path = args.dir.join(&uid).join(hcomm_crds::local_api::SOCKET_FILE);
                 let listener = server::bind(&path).context("bind")?;
                 let key = format!("{NAMESPACE}/{name}");
                 hub.slot(&key);
