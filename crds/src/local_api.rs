@@ -70,6 +70,30 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         namespace: Option<String>,
     },
+    /// The worker's load and drain progress (the worker library's report; a superset of
+    /// `report_inflight`, whose count `in_flight` also sets): requests in flight, requests
+    /// queued, and whether the worker is draining (takes no new work; SIGTERM or a
+    /// `drain_requested` notice).
+    ReportLoad {
+        pod: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        #[serde(flatten)]
+        load: WorkerLoad,
+    },
+}
+
+/// A worker's load as it reports it (`report_load`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+pub struct WorkerLoad {
+    /// Requests being processed.
+    pub in_flight: u64,
+    /// Requests accepted and waiting for a slot.
+    #[serde(default)]
+    pub queue_depth: u64,
+    /// The worker takes no new work and is finishing what it has.
+    #[serde(default)]
+    pub draining: bool,
 }
 
 impl Request {
@@ -81,6 +105,7 @@ impl Request {
             Request::WeightsReady { .. } => "weights_ready",
             Request::Watch { .. } => "watch",
             Request::Serving { .. } => "serving",
+            Request::ReportLoad { .. } => "report_load",
         }
     }
 
@@ -91,7 +116,8 @@ impl Request {
             | Request::ReportInflight { pod, namespace, .. }
             | Request::WeightsReady { pod, namespace }
             | Request::Watch { pod, namespace }
-            | Request::Serving { pod, namespace } => (pod, namespace.as_deref()),
+            | Request::Serving { pod, namespace }
+            | Request::ReportLoad { pod, namespace, .. } => (pod, namespace.as_deref()),
         }
     }
 }
@@ -123,6 +149,55 @@ pub struct Assignment {
     /// what each process exports as `RANK_ID` / `DEVICE_ID`. Empty from an agent that
     /// predates it.
     pub processes: Vec<ProcessAssignment>,
+    /// How the worker builds this epoch's communicator (see [`WorkerComm`]); `None` until
+    /// the member has joined its group's domain, and from an agent that predates it.
+    pub comm: Option<WorkerComm>,
+}
+
+/// The collective backend of a worker's communicator (`spec.comm.backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerBackend {
+    /// hcomm's TCP engine.
+    #[default]
+    Tcp,
+    /// HCCL: the data path runs on the NPUs; the TCP communicator of the same epoch
+    /// carries the HCCL root info from rank 0 to the others (HCCL's own model:
+    /// `HcclGetRootInfo` on the root, the blob broadcast out of band by the caller).
+    Hccl,
+}
+
+/// What a worker needs to build its communicator of one epoch, per member (one rank per
+/// member: the member's control rank). The agent derives it from the epoch's rank table,
+/// the way it builds its own control domain, so no exchange between nodes is needed: the
+/// root is rank 0's worker endpoint at a known port and the rendezvous session id is
+/// derived from the group's secret and the epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(default)]
+pub struct WorkerComm {
+    /// The epoch this is for.
+    pub epoch: u64,
+    /// The member's rank in the workers' communicator.
+    pub rank: u32,
+    /// Members in the epoch.
+    pub world: u32,
+    /// The TCP engine's root info (`hcomm-root-v1@<id>@<ip:port>`).
+    pub root_info: String,
+    /// Where this worker's endpoint listens (`ip:port`); rank 0's is the root address.
+    pub bind: String,
+    /// The key the workers' connections authenticate with (hex), derived from the group's
+    /// secret: it opens the workers' communicators only, never the agents' domain.
+    pub key_hex: String,
+    /// The backend of the data path.
+    pub backend: WorkerBackend,
+    /// `spec.comm.connectTimeoutSeconds` in ms: the bound of a communicator's init
+    /// (HCCL_CONNECT_TIMEOUT for the HCCL backend).
+    pub connect_timeout_ms: u64,
+    /// `spec.comm.opTimeoutSeconds` in ms: the bound of one collective on the TCP engine
+    /// (and of one stream synchronisation on HCCL).
+    pub op_timeout_ms: u64,
+    /// `spec.comm.execTimeoutSeconds` in ms: HCCL_EXEC_TIMEOUT for the HCCL backend.
+    pub exec_timeout_ms: u64,
 }
 
 /// What one local process of a member is: its global rank and its device, both as the
@@ -194,7 +269,8 @@ pub enum Notice {
 pub enum Response {
     Assignment {
         ok: bool,
-        assignment: Assignment,
+        /// Boxed: the assignment is far larger than the other answers.
+        assignment: Box<Assignment>,
     },
     Weights {
         ok: bool,
@@ -321,6 +397,50 @@ mod tests {
             a.processes.is_empty(),
             "an older agent's assignment still parses"
         );
+    }
+
+    #[test]
+    fn a_load_report_is_one_flat_line_and_its_extras_default() {
+        let op = Request::ReportLoad {
+            pod: "w-0".into(),
+            namespace: None,
+            load: WorkerLoad {
+                in_flight: 3,
+                queue_depth: 5,
+                draining: true,
+            },
+        };
+        let line = serde_json::to_string(&op).unwrap();
+        assert_eq!(
+            line,
+            r#"{"op":"report_load","pod":"w-0","in_flight":3,"queue_depth":5,"draining":true}"#
+        );
+        assert_eq!(parse_request(&line).unwrap(), op);
+        let short = parse_request(r#"{"op":"report_load","pod":"w-0","in_flight":2}"#).unwrap();
+        let Request::ReportLoad { load, .. } = short else {
+            panic!("not a load report: {short:?}")
+        };
+        assert_eq!(
+            (load.in_flight, load.queue_depth, load.draining),
+            (2, 0, false)
+        );
+        assert!(parse_request(r#"{"op":"report_load","pod":"w-0"}"#).is_err());
+    }
+
+    #[test]
+    fn an_assignment_carries_the_epochs_worker_comm_and_older_ones_parse_without() {
+        let a: Assignment = serde_json::from_str(
+            r#"{"group":"g","epoch":3,"comm":{"epoch":3,"rank":1,"world":2,"backend":"hccl","root_info":"r","bind":"10.0.0.2:29665"}}"#,
+        )
+        .unwrap();
+        let c = a.comm.unwrap();
+        assert_eq!(
+            (c.epoch, c.rank, c.world, c.backend),
+            (3, 1, 2, WorkerBackend::Hccl)
+        );
+        assert_eq!(c.connect_timeout_ms, 0, "missing fields default");
+        let old: Assignment = serde_json::from_str(r#"{"group":"g","epoch":3}"#).unwrap();
+        assert!(old.comm.is_none());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{broadcast, watch};
 
-use hcomm_crds::local_api::{Assignment, Notice};
+use hcomm_crds::local_api::{Assignment, Notice, WorkerLoad};
 
 /// One member's slot.
 pub struct Slot {
@@ -18,6 +18,9 @@ pub struct Slot {
     pub notices: broadcast::Sender<Notice>,
     /// The worker said it serves (`serving`).
     pub serving: watch::Sender<bool>,
+    /// The worker's last `report_load` (queue depth and drain progress besides the
+    /// in-flight count, which also lands in `inflight`).
+    pub load: watch::Sender<Option<WorkerLoad>>,
 }
 
 impl Slot {
@@ -29,6 +32,7 @@ impl Slot {
             drain: watch::channel(None).0,
             notices: broadcast::channel(64).0,
             serving: watch::channel(false).0,
+            load: watch::channel(None).0,
         }
     }
 }

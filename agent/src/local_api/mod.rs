@@ -3,8 +3,10 @@
 //! Pod's own, `<--pod-sockets-dir>/<pod uid>/agent.sock` ([`pods`]), the only one mounted
 //! into the Pod. Node tools use the node socket (`--socket`, mounted into no Pod).
 //! Protocol in `hcomm_crds::local_api` and `agent/README.md`; shared state in [`hub`];
-//! who may call in [`caller`]; the socket server in [`server`].
+//! who may call in [`caller`]; the socket server in [`server`]; the worker's per-epoch
+//! communicator placement in [`bootstrap`].
 
+pub mod bootstrap;
 pub mod caller;
 pub mod hub;
 pub mod pods;

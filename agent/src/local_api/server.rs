@@ -271,7 +271,7 @@ async fn connection(
                             &mut w,
                             &Response::Assignment {
                                 ok: true,
-                                assignment,
+                                assignment: Box::new(assignment),
                             },
                         )
                         .await?
@@ -304,6 +304,12 @@ async fn connection(
                     },
                 )
                 .await?;
+            }
+            Request::ReportLoad { load, .. } => {
+                // The drain waits on the in-flight count, whichever report carried it.
+                slot.inflight.send_replace(Some(load.in_flight));
+                slot.load.send_replace(Some(load));
+                write_line(&mut w, &Response::Ok { ok: true }).await?;
             }
             Request::Serving { .. } => {
                 slot.serving.send_replace(true);
@@ -425,6 +431,20 @@ mod tests {
             *slot.serving.borrow(),
             "the worker's serving report reaches the slot"
         );
+        let ok = ask(
+            &mut r,
+            &mut w,
+            r#"{"op":"report_load","pod":"w-0","in_flight":2,"queue_depth":7,"draining":true}"#,
+        )
+        .await;
+        assert_eq!(ok["ok"], true);
+        assert_eq!(
+            *slot.inflight.borrow(),
+            Some(2),
+            "a load report sets in flight"
+        );
+        let load = slot.load.borrow().unwrap();
+        assert_eq!((load.queue_depth, load.draining), (7, true));
         let bad = ask(&mut r, &mut w, r#"{"op":"assignment","pod":"nobody"}"#).await;
         assert_eq!(bad["ok"], false);
         let junk = ask(&mut r, &mut w, "not json").await;

@@ -321,6 +321,10 @@ impl CommDomain for EngineDomain {
             d.leave();
         }
     }
+
+    fn group_secret(&self) -> Option<Vec<u8>> {
+        self.domain.as_ref().map(|d| d.secret().to_vec())
+    }
 }
 
 impl Drop for EngineDomain {

@@ -170,6 +170,11 @@ impl Domain {
         self.metrics.comm_open.dec();
     }
 
+    /// The group's secret (the worker placement derives its own key from it).
+    pub fn secret(&self) -> &[u8] {
+        &self.secret
+    }
+
     /// Leaves: destroys the communicator and closes the endpoint's links.
     pub fn leave(&mut self) {
         if self.current.send_replace(None).is_some() {

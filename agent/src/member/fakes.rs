@@ -404,6 +404,10 @@ impl CommDomain for FakeDomain {
             s.leaves += 1;
         });
     }
+
+    fn group_secret(&self) -> Option<Vec<u8>> {
+        self.with(|s| s.serving.map(|_| b"fake group secret".to_vec()))
+    }
 }
 
 #[derive(Clone)]

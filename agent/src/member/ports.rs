@@ -108,6 +108,9 @@ pub trait CommDomain: Send + Sync {
     ) -> BoxFuture<'a, std::result::Result<(), JoinError>>;
     /// Destroys the communicator and closes the links.
     fn leave(&mut self);
+    /// The group's secret once the domain exists (the worker's per-epoch placement,
+    /// `local_api::bootstrap`, derives its key and session from it); None before a join.
+    fn group_secret(&self) -> Option<Vec<u8>>;
 }
 
 /// The member's worker, over the local API.

@@ -139,7 +139,32 @@ impl Run {
             weights_path: self.weights_path.clone(),
             epoch: self.planned_epoch(),
             processes: self.processes(),
+            comm: self.worker_comm(plan),
         });
+    }
+
+    /// Where the worker's communicator of the planned epoch stands (see
+    /// `local_api::bootstrap`): only once this member is in the group's domain, whose
+    /// secret the placement derives from.
+    fn worker_comm(&self, plan: &ControlPlan) -> Option<hcomm_crds::local_api::WorkerComm> {
+        let secret = self.ports.domain.group_secret()?;
+        let ip = self.chosen.as_ref()?.ip;
+        let wp = crate::local_api::bootstrap::WorkerPlan {
+            namespace: &self.spec.namespace,
+            group: &self.spec.group,
+            epoch: self.planned_epoch(),
+            rank: plan.rank as u32,
+            world: plan.world as u32,
+            control_root: plan.root,
+            control_own: std::net::SocketAddr::new(ip, plan.own_port),
+        };
+        match crate::local_api::bootstrap::worker_comm(&wp, &secret, &self.group.comm) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(error = %e, "no worker communicator placement");
+                None
+            }
+        }
     }
 
     /// Syncs the weights. A Pod deleted meanwhile ends the member ([`Event::PodGone`]),

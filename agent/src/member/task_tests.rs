@@ -47,6 +47,22 @@ async fn a_member_is_verified_synced_joined_then_opens_the_gate_in_that_order() 
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_worker_is_placed_in_its_epochs_communicator_only_once_the_member_joined() {
+    let kit = Kit::new();
+    let _task = kit.start();
+    kit.until_ready().await;
+    let all = kit.worker.assignments.lock().unwrap().clone();
+    assert!(
+        all.first().unwrap().comm.is_none(),
+        "a verified member not yet in the domain has no placement"
+    );
+    let placed = all.last().unwrap().comm.clone().unwrap();
+    assert_eq!((placed.epoch, placed.rank), (1, 0));
+    assert!(placed.root_info.starts_with("hcomm-root-v1@"), "{placed:?}");
+    assert_eq!(placed.key_hex.len(), 64);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_member_waits_for_the_rank_table_of_its_epoch_before_verifying() {
     let kit = Kit::new();
     kit.cluster.with(|s| s.table = None);

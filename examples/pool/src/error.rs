@@ -2,30 +2,13 @@
 //! is not there from one that refused, and a bad flag from an I/O failure.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// Errors of the example worker and router.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The agent's socket could not be reached or the connection broke.
-    #[error("agent socket {path}: {source}")]
-    AgentIo {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// The agent did not answer within the bound of one exchange.
-    #[error("agent did not answer {op} within {after:?}")]
-    AgentTimeout { op: &'static str, after: Duration },
-    /// The agent answered `{"ok":false,"error":...}`.
-    #[error("agent refused {op}: {error}")]
-    AgentRefused { op: &'static str, error: String },
-    /// The agent sent something that is not the documented protocol.
-    #[error("agent protocol: {0}")]
-    AgentProtocol(String),
-    /// The agent closed the connection.
-    #[error("agent closed the connection")]
-    AgentClosed,
+    /// The exchange with the node agent failed (the worker library's error).
+    #[error(transparent)]
+    Agent(#[from] hcomm_worker::Error),
     /// The weights directory could not be resolved or digested.
     #[error("weights at {path}: {message}")]
     Weights { path: PathBuf, message: String },

@@ -2,7 +2,7 @@
 //! a real gateway do with an elastic pool, reduced to what proves the contract.
 //!
 //! - [`worker`] (`hcomm-worker`): learns its assignment from the node agent over the
-//!   local Unix-socket API ([`agent_client`]), loads (pins and digests) the weights the
+//!   local Unix-socket API (through the worker library, `hcomm_worker`), loads (pins and digests) the weights the
 //!   agent says are ready, serves `POST /generate` only then, reports requests in flight,
 //!   and stops taking work when told to drain.
 //! - [`router`] (`hcomm-router serve`): follows a Service's EndpointSlices, keeps the
@@ -12,7 +12,6 @@
 //!   records and digest checks, so a harness can show that no request failed and none was
 //!   answered by a member with the wrong weights while the pool scaled.
 
-pub mod agent_client;
 pub mod error;
 pub mod flags;
 pub mod load;

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use super::state::WorkerState;
 use super::weights;
-use crate::agent_client::{AgentClient, AgentEvent};
 use crate::error::{Error, Result};
+use hcomm_worker::{AgentClient, AgentEvent};
 
 /// Timing of the agent link.
 #[derive(Debug, Clone)]
@@ -86,7 +86,7 @@ async fn session(
     let assignment = loop {
         match agent.assignment().await {
             Ok(a) => break a,
-            Err(e @ crate::error::Error::AgentRefused { .. }) => {
+            Err(e @ hcomm_worker::Error::AgentRefused { .. }) => {
                 tracing::debug!(error = %e, "assignment not available yet");
                 tokio::time::sleep(timing.backoff_min).await;
             }
@@ -190,7 +190,7 @@ pub async fn run_reporter(state: Arc<WorkerState>, agent: AgentClient, timing: L
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, n = a.inflight, "report_inflight failed; retrying");
-                    if !matches!(e, Error::AgentRefused { .. }) {
+                    if !matches!(e, Error::Agent(hcomm_worker::Error::AgentRefused { .. })) {
                         conn = None;
                     }
                     sent = None;
@@ -207,14 +207,15 @@ pub async fn run_reporter(state: Arc<WorkerState>, agent: AgentClient, timing: L
 
 async fn report(
     agent: &AgentClient,
-    conn: &mut Option<crate::agent_client::AgentConn>,
+    conn: &mut Option<hcomm_worker::AgentConn>,
     n: u64,
 ) -> Result<()> {
     if conn.is_none() {
         *conn = Some(agent.connect().await?);
     }
-    conn.as_mut()
+    Ok(conn
+        .as_mut()
         .expect("connection opened above")
         .report_inflight(n)
-        .await
+        .await?)
 }

@@ -31,8 +31,8 @@ use tokio::task::JoinHandle;
 pub use link::LinkTiming;
 pub use state::{WorkerState, WorkerStats};
 
-use crate::agent_client::AgentClient;
 use crate::error::{Error, Result};
+use hcomm_worker::AgentClient;
 
 /// Default agent socket (the chart's `--socket`).
 pub const DEFAULT_AGENT_SOCKET: &str = "/run/hcomm/agent.sock";

@@ -72,7 +72,7 @@ pub async fn wait_idle(state: &Arc<WorkerState>, within: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent_client::Assignment;
+    use hcomm_worker::Assignment;
     use crate::worker::state::{Admit, LoadedWeights};
 
     #[tokio::test]

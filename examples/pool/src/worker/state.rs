@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::agent_client::Assignment;
+use hcomm_worker::Assignment;
 
 /// The digest a worker reports for a group without `spec.weights`.
 pub const NO_WEIGHTS: &str = "none";

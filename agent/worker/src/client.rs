@@ -1,6 +1,7 @@
 //! The worker's side of the agent's local API (`agent/README.md`, "Local worker API"):
 //! one JSON object per line each way over the Unix socket, in the wire types of
-//! `hcomm_crds::local_api` (the ones the agent serves).
+//! `hcomm_crds::local_api` (the ones the agent serves). Every engine speaks through this
+//! one client: the reference worker directly, C and Python engines through [`crate::ffi`].
 //!
 //! Every exchange is bounded ([`AgentClient::timeout`]): a connect, a request and its
 //! answer, the `ok` of a `watch`. Only waiting for the next event of a watch stream is
@@ -20,7 +21,7 @@ use crate::error::{Error, Result};
 pub const MAX_LINE: u64 = 64 << 10;
 
 use hcomm_crds::local_api::Request;
-pub use hcomm_crds::local_api::{Assignment, Notice as AgentEvent};
+pub use hcomm_crds::local_api::{Assignment, Notice as AgentEvent, WorkerLoad};
 
 /// The answer to `weights_ready`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +67,12 @@ impl AgentClient {
     /// `assignment` on a fresh connection.
     pub async fn assignment(&self) -> Result<Assignment> {
         self.connect().await?.assignment().await
+    }
+
+    /// `report_load` on a fresh connection (engines that report rarely; a reporter loop
+    /// keeps one [`AgentConn`] instead).
+    pub async fn report_load(&self, load: WorkerLoad) -> Result<()> {
+        self.connect().await?.report_load(load).await
     }
 
     /// `weights_ready` on a fresh connection.
@@ -121,6 +128,18 @@ impl AgentConn {
         self.call(&Request::ReportInflight { pod, namespace, n })
             .await
             .map(|_| ())
+    }
+
+    /// `{"op":"report_load",...}`: in flight, queued, draining.
+    pub async fn report_load(&mut self, load: WorkerLoad) -> Result<()> {
+        let (pod, namespace) = (self.client.pod.clone(), self.client.namespace.clone());
+        self.call(&Request::ReportLoad {
+            pod,
+            namespace,
+            load,
+        })
+        .await
+        .map(|_| ())
     }
 
     /// `{"op":"weights_ready"}`.
