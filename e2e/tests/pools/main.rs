@@ -18,6 +18,7 @@
 mod backend;
 mod check;
 mod faults;
+mod local_api_attack;
 mod npu_faults;
 mod resources;
 mod rollout;
@@ -58,6 +59,7 @@ fn main() {
         scaling::scale_out_under_load_fails_no_request,
         scaling::drain_under_load,
         saturation::a_stranger_saturating_a_nodes_ports_marks_nothing_down_and_evicts_nobody,
+        local_api_attack::a_worker_calling_another_pods_local_api_is_refused_and_the_victim_keeps_serving,
         faults::a_weight_source_killed_mid_sync_is_replaced_by_the_other,
         faults::a_blackholed_data_nic_is_refused_and_the_next_host_used,
         backend::an_hccl_group_without_the_hccl_runtime_is_refused_while_the_pools_serve,
