@@ -16,10 +16,9 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use hcomm_agent::weights::generate::{GenerateSpec, generate};
 use hcomm_agent::weights::{
     DEFAULT_CHUNK_SIZE, Digest, FetchRequest, GroupId, GroupSecret, Progress, WeightStore, fetch,
@@ -45,22 +44,6 @@ fn main() {
     .exit();
 }
 
-/// Paths removed when the test ends.
-struct Cleanup(Vec<PathBuf>);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for p in &self.0 {
-            let _ = std::fs::remove_dir_all(p);
-            let _ = std::fs::remove_file(p);
-        }
-    }
-}
-
-fn member(h: &SimHost) -> (String, String, i32) {
-    (h.name().to_owned(), h.data_ip().to_string(), 0)
-}
-
 /// The group's identity and the secret the operator (here: the stand-in) made for it.
 async fn identity(client: &kube::Client, group: &str) -> Result<(GroupId, GroupSecret)> {
     let g = Api::<hcomm_crds::HcommGroup>::namespaced(client.clone(), NS)
@@ -81,19 +64,7 @@ async fn identity(client: &kube::Client, group: &str) -> Result<(GroupId, GroupS
 
 async fn wait_synced(pods: &Api<Pod>, pod: &str, within: Duration) -> Result<String> {
     let type_ = PodConditionType::WeightsSynced.as_str();
-    let deadline = Instant::now() + within;
-    loop {
-        let now = condition(pods, pod, type_).await;
-        if let Some((s, _, m)) = &now
-            && s == "True"
-        {
-            return Ok(m.clone());
-        }
-        if Instant::now() > deadline {
-            bail!("{pod}: {type_} not True within {within:?}; now {now:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    Ok(wait_condition(pods, pod, type_, "True", within).await?.1)
 }
 
 /// Fetches `digest` from `source` into a fresh store, as `group` with `secret`.
@@ -118,11 +89,9 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
     let cluster = Cluster::start(hosts).await?;
     let client = cluster.client.clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let secret = temp_path("wsec-secret");
-    let sets = temp_path("wsec-sets");
-    let fetched = temp_path("wsec-fetched");
-    let mut cleanup = Cleanup(vec![secret.clone(), sets.clone(), fetched.clone()]);
-    write_secret(&secret)?;
+    let mut files = TestFiles::new("wsec")?;
+    let sets = files.path("sets");
+    let fetched = files.path("fetched");
     let mut digests = Vec::new();
     for (name, seed) in [("a", 11), ("b", 12)] {
         let dir = sets.join(name);
@@ -137,17 +106,7 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
         digests.push((dir.clone(), manifest_digest(&dir, DEFAULT_CHUNK_SIZE)?));
     }
     let (set_a, set_b) = (digests[0].1, digests[1].1);
-    let specs: Vec<AgentSpec> = h
-        .iter()
-        .map(|host| {
-            let mut s = AgentSpec::new("wsec", host, &secret);
-            cleanup.0.extend([s.weights_dir.clone(), s.socket.clone()]);
-            let log = temp_path(&format!("wsec-{}.log", host.index()));
-            cleanup.0.push(log.clone());
-            s.log = Some(log);
-            s
-        })
-        .collect();
+    let specs: Vec<AgentSpec> = h.iter().map(|host| files.agent(host)).collect();
     let store0 = WeightStore::open(&specs[0].weights_dir)?;
     for (dir, d) in &digests {
         store0.install_dir(dir, d, DEFAULT_CHUNK_SIZE)?;

@@ -6,19 +6,15 @@
 
 use super::*;
 
-/// xorshift64*: deterministic, no dependency.
-struct Rng(u64);
+use hcomm_comm::testutil::XorShift as Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
+/// Local-API values drawn from the shared PRNG.
+trait Draw {
+    fn text(&mut self, max: usize) -> String;
+    fn request(&mut self) -> Request;
+}
+
+impl Draw for Rng {
     /// A string mixing ASCII, JSON's special characters, control characters and
     /// multi-byte characters.
     fn text(&mut self, max: usize) -> String {
@@ -60,7 +56,7 @@ impl Rng {
                 n: match self.below(3) {
                     0 => 0,
                     1 => u64::MAX,
-                    _ => self.next(),
+                    _ => self.next_u64(),
                 },
             },
             2 => Request::WeightsReady { pod, namespace },
@@ -88,10 +84,10 @@ const VALID: &[&str] = &[
 
 #[test]
 fn the_request_parser_never_panics_on_random_bytes() {
-    let mut rng = Rng(0x5eed_10ca_1a91);
+    let mut rng = Rng::new(0x5eed_10ca_1a91);
     for _ in 0..20_000 {
         let len = rng.below(200);
-        let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        let bytes: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
         let line = String::from_utf8_lossy(&bytes);
         if let Ok(req) = parse_request(&line) {
             accepted_means_one_thing(&req);
@@ -101,14 +97,14 @@ fn the_request_parser_never_panics_on_random_bytes() {
 
 #[test]
 fn mutated_valid_requests_never_panic_and_what_parses_round_trips() {
-    let mut rng = Rng(0xf022_5eed);
+    let mut rng = Rng::new(0xf022_5eed);
     let mut accepted = 0;
     for _ in 0..20_000 {
         let mut bytes = VALID[rng.below(VALID.len())].as_bytes().to_vec();
         for _ in 0..=rng.below(4) {
             let at = rng.below(bytes.len() + 1);
             match rng.below(4) {
-                0 if at < bytes.len() => bytes[at] = rng.next() as u8,
+                0 if at < bytes.len() => bytes[at] = rng.next_u64() as u8,
                 1 if at < bytes.len() => {
                     bytes.remove(at);
                 }
@@ -133,7 +129,7 @@ fn mutated_valid_requests_never_panic_and_what_parses_round_trips() {
 
 #[test]
 fn every_request_round_trips_through_one_line() {
-    let mut rng = Rng(0x0007_12a3);
+    let mut rng = Rng::new(0x0007_12a3);
     for _ in 0..5_000 {
         let req = rng.request();
         accepted_means_one_thing(&req);
@@ -146,7 +142,7 @@ fn every_request_round_trips_through_one_line() {
 
 #[test]
 fn lines_over_the_limit_are_refused_before_parsing_whatever_they_hold() {
-    let mut rng = Rng(0x10_4e);
+    let mut rng = Rng::new(0x10_4e);
     for _ in 0..20 {
         let pad = MAX_LINE + 1 + rng.below(64);
         let line = format!(r#"{{"op":"assignment","pod":"{}"}}"#, "a".repeat(pad));
@@ -161,7 +157,7 @@ fn lines_over_the_limit_are_refused_before_parsing_whatever_they_hold() {
 
 #[test]
 fn responses_and_notices_round_trip_and_unknown_events_stay_unknown() {
-    let mut rng = Rng(0xe7e7);
+    let mut rng = Rng::new(0xe7e7);
     for _ in 0..5_000 {
         let text = rng.text(10);
         let notice = match rng.below(3) {
@@ -171,7 +167,9 @@ fn responses_and_notices_round_trip_and_unknown_events_stay_unknown() {
             1 => Notice::DrainRequested {
                 deadline: (rng.below(2) == 0).then(|| text.clone()),
             },
-            _ => Notice::EpochChanged { epoch: rng.next() },
+            _ => Notice::EpochChanged {
+                epoch: rng.next_u64(),
+            },
         };
         let line = serde_json::to_string(&notice).unwrap();
         assert!(!line.contains('\n'));
@@ -180,7 +178,7 @@ fn responses_and_notices_round_trip_and_unknown_events_stay_unknown() {
         let line = serde_json::to_string(&response).unwrap();
         assert_eq!(serde_json::from_str::<Response>(&line).unwrap(), response);
         // An event name this reader does not know is tolerated, never mistaken.
-        let unknown = format!(r#"{{"event":"x{}","n":1}}"#, rng.next());
+        let unknown = format!(r#"{{"event":"x{}","n":1}}"#, rng.next_u64());
         assert_eq!(
             serde_json::from_str::<Notice>(&unknown).unwrap(),
             Notice::Unknown

@@ -19,8 +19,8 @@ pub mod listen;
 pub mod reduce;
 pub mod schedule;
 pub mod tcp;
-#[cfg(test)]
-mod testutil;
+#[cfg(any(test, feature = "testutil"))]
+pub mod testutil;
 mod transport;
 
 pub use api::{

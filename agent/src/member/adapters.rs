@@ -165,6 +165,21 @@ impl Cluster for KubeCluster {
         }
         .boxed()
     }
+
+    fn member_addresses(&self) -> BoxFuture<'_, Result<super::ranktable_members::MemberAddresses>> {
+        super::ranktable_members::fetch(&self.ctx.client, &self.namespace, &self.group).boxed()
+    }
+
+    fn unreachable_peers(&self) -> Vec<String> {
+        self.ctx
+            .link_tests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|t| !t.reachable)
+            .map(|t| t.peer_address.clone())
+            .collect()
+    }
 }
 
 /// Verification on this node ([`super::verify`]); remembers the peers it found for the

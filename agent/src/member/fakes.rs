@@ -21,6 +21,7 @@ use super::ports::{
     Allocations, Clock, Cluster, CommDomain, JoinError, JoinSpec, Verifier, Worker,
 };
 use super::ranktable::{RankTable, plan};
+use super::ranktable_members::MemberAddresses;
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
 use super::verify::{NpuSite, Verified, with_npu_check};
@@ -52,6 +53,11 @@ pub struct ClusterState {
     pub events: Vec<(bool, PodReason, String)>,
     /// The `HcommNode` versions of the group's nodes (empty: none published).
     pub node_versions: Vec<NodeVersions>,
+    /// The members' node addresses; None: every server of the current table is a
+    /// member's node (a table the operator wrote).
+    pub member_addresses: Option<MemberAddresses>,
+    /// Data addresses the node's own link probes find unreachable.
+    pub unreachable: Vec<String>,
 }
 
 #[derive(Clone, Default)]
@@ -123,6 +129,28 @@ impl Cluster for FakeCluster {
     fn group_node_versions(&self) -> BoxFuture<'_, Result<Vec<NodeVersions>>> {
         let v = self.with(|s| s.node_versions.clone());
         async move { Ok(v) }.boxed()
+    }
+
+    fn member_addresses(&self) -> BoxFuture<'_, Result<MemberAddresses>> {
+        let m = self.with(|s| {
+            s.member_addresses.clone().unwrap_or_else(|| {
+                let mut m = MemberAddresses::default();
+                for server in s.table.iter().flat_map(|(t, _)| t.servers()) {
+                    if let Ok(ip) = server.host_address().parse() {
+                        m.by_node
+                            .entry(server.server_id.to_owned())
+                            .or_default()
+                            .insert(ip);
+                    }
+                }
+                m
+            })
+        });
+        async move { Ok(m) }.boxed()
+    }
+
+    fn unreachable_peers(&self) -> Vec<String> {
+        self.with(|s| s.unreachable.clone())
     }
 }
 

@@ -25,6 +25,7 @@ mod npu_task_tests;
 pub mod nudge;
 pub mod ports;
 pub mod ranktable;
+pub mod ranktable_members;
 pub mod runtime;
 pub mod spec;
 pub mod stages;

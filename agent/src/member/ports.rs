@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use super::domain::DomainConfig;
 use super::group::GroupView;
 use super::ranktable::{ControlPlan, RankTable};
+use super::ranktable_members::MemberAddresses;
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
 use super::verify::Verified;
@@ -52,6 +53,13 @@ pub trait Cluster: Send + Sync {
     /// The software versions of every node the group's members run on (this one
     /// included), from their `HcommNode`s (see [`super::versions_check`]).
     fn group_node_versions(&self) -> BoxFuture<'_, Result<Vec<NodeVersions>>>;
+    /// The addresses the `HcommNode`s of the nodes running the group's member Pods
+    /// publish: what every rank table's servers are checked against before a join
+    /// (see [`super::ranktable_members`]).
+    fn member_addresses(&self) -> BoxFuture<'_, Result<MemberAddresses>>;
+    /// The data addresses this node's own link probes find unreachable in their last
+    /// round (first-hand: this agent's probes, not another node's word).
+    fn unreachable_peers(&self) -> Vec<String>;
 }
 
 /// Verification of the member against a rank table.

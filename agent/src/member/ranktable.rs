@@ -152,6 +152,13 @@ pub enum PeerRefusal {
     DeviceOutOfRange { server: String, device: i64 },
     #[error("server {server}: port {port} is one of the node's service ports")]
     ServicePort { server: String, port: u16 },
+    /// The address is a routable host, but no node running a member of the group
+    /// publishes it (see [`super::ranktable_members`]).
+    #[error("server {server}: {addr} is not the address of a node running a member of the group")]
+    NotAMember { server: String, addr: IpAddr },
+    /// The group's members could not be read, so the table's servers cannot be checked.
+    #[error("the group's members could not be read to check the rank table's servers: {0}")]
+    MembersUnknown(String),
 }
 
 impl PeerRefusal {

@@ -11,12 +11,22 @@ use tracing::Instrument as _;
 
 use super::domain::DomainConfig;
 use super::ports::{JoinError, JoinSpec};
-use super::ranktable::ControlPlan;
+use super::ranktable::{ControlPlan, PeerRefusal, RankTable};
 use super::state::{Event, WorkerNotice};
 use super::task::{Run, pod_gone};
 use super::weights::WeightsRequest;
 use crate::local_api::{Assignment, Notice};
 use hcomm_crds::contract::PodReason;
+
+/// The peers of a plan (server id, address) whose address is among `unreachable` (pure):
+/// the members a join waits for the operator to replace rather than failing.
+pub fn lost_peers(peers: &[(String, String)], unreachable: &[String]) -> Vec<String> {
+    peers
+        .iter()
+        .filter(|(_, addr)| unreachable.contains(addr))
+        .map(|(server, _)| server.clone())
+        .collect()
+}
 
 /// How long a join keeps waiting for members still verifying or syncing weights (see
 /// [`Run::join_when_all_arrive`]); a sync of a large model over a slow link takes minutes.
@@ -269,6 +279,17 @@ impl Run {
             Ok(p) => p,
             Err(e) => return Event::JoinFailed { epoch, message: e },
         };
+        // Every epoch's table is checked as the first one was, before anything is dialled:
+        // a member verified against a clean table may be handed a forged one later.
+        if let Err(refusal) = self.check_peers(&table, &plan).await {
+            let message = format!("rank table of epoch {epoch}: {refusal}");
+            tracing::warn!(epoch, %refusal, "rank table refused at join");
+            self.ports
+                .cluster
+                .event(true, PeerRefusal::REASON, message.clone())
+                .await;
+            return Event::JoinFailed { epoch, message };
+        }
         let spec = JoinSpec {
             plan,
             epoch,
@@ -307,6 +328,19 @@ impl Run {
         }
     }
 
+    /// The table's servers and ports against the static rules and the group's members
+    /// ([`super::ranktable_members::check_table`]).
+    async fn check_peers(&self, table: &RankTable, plan: &ControlPlan) -> Result<(), PeerRefusal> {
+        let members = self
+            .ports
+            .cluster
+            .member_addresses()
+            .await
+            .map_err(|e| PeerRefusal::MembersUnknown(e.to_string()))?;
+        let rules = super::ranktable_members::PeerRules::from_config(&self.cfg);
+        super::ranktable_members::check_table(table, plan, &members, &rules)
+    }
+
     /// Builds the domain of `spec.epoch`. A domain forms only once every member of the new
     /// set is in it, and members still verifying or syncing weights may take longer than
     /// one init deadline (2 × `connectTimeoutSeconds`): a Rebuild's member whose weights
@@ -315,7 +349,10 @@ impl Run {
     /// therefore begun again (bounded by [`ARRIVAL_WAIT`]); one that failed otherwise, or
     /// after the others arrived, fails. If the rank table moved to a newer epoch meanwhile
     /// (a member of this one was replaced) with this member in it, the member joins that
-    /// one instead of failing. A drain or deletion of this member ends the wait.
+    /// one instead of failing. A peer of the epoch that this node's own link probes cannot
+    /// reach (its agent or host died) will never arrive: the join waits for the epoch that
+    /// replaces it (same bound) instead of failing and getting this member replaced too. A
+    /// drain or deletion of this member ends the wait.
     async fn join_when_all_arrive(&mut self, spec: &JoinSpec) -> Result<(), JoinStop> {
         let epoch = spec.epoch;
         let started = Instant::now();
@@ -344,13 +381,26 @@ impl Run {
                     Vec::new()
                 }
             };
-            if arriving.is_empty() {
+            if !arriving.is_empty() {
+                tracing::info!(
+                    epoch,
+                    ?arriving,
+                    "the domain is waiting for members still verifying or syncing; initialising again"
+                );
+                continue;
+            }
+            // A peer of this epoch that this node's own probes cannot reach (its agent or
+            // host is gone) never arrives; the operator replaces a lost node's members and
+            // plans a new epoch without them, which the check above joins. Failing here
+            // instead would have this member replaced too, for a peer's fault.
+            let lost = lost_peers(&spec.plan.peers, &self.ports.cluster.unreachable_peers());
+            if lost.is_empty() {
                 return Err(JoinStop::Failed(err));
             }
             tracing::info!(
                 epoch,
-                ?arriving,
-                "the domain is waiting for members still verifying or syncing; initialising again"
+                ?lost,
+                "the domain is waiting for a peer this node cannot reach; waiting for the epoch that replaces it"
             );
         }
     }

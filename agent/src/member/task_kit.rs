@@ -129,7 +129,10 @@ impl Kit {
             allocations: Box::new(self.allocations.clone()),
             clock: Box::new(self.clock.clone()),
         };
-        let cfg = AgentConfig::new(NODE);
+        let mut cfg = AgentConfig::new(NODE);
+        // The kit's hosts are loopback addresses (`--allow-loopback-peers`, as the
+        // loopback testbed's agents run): every join checks its table's peers.
+        cfg.allow_loopback_peers = true;
         tokio::spawn(drive(
             cfg,
             Metrics::new(),

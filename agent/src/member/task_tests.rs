@@ -10,7 +10,7 @@ use hcomm_crds::contract::{
 use super::fakes::{VerifyScript, synced};
 use super::ports::JoinError;
 use super::state::Phase;
-use super::task_kit::{Kit, table, waiting};
+use super::task_kit::{Kit, NODE, table, waiting};
 use super::weights::SyncFailure;
 use crate::local_api::Notice;
 use hcomm_crds::contract::PodReason;
@@ -301,6 +301,39 @@ async fn a_join_that_times_out_while_peers_are_still_arriving_initialises_again(
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_join_waiting_for_a_peer_this_node_cannot_reach_waits_for_the_epoch_that_replaces_it() {
+    let kit = Kit::new();
+    // node-b (127.0.0.2) is in the epoch, Ready by its stale conditions (not arriving),
+    // and this node's probes find it unreachable: its agent is gone.
+    kit.cluster
+        .with(|s| s.unreachable = vec!["127.0.0.2".into()]);
+    kit.domain.with(|d| {
+        for _ in 0..2 {
+            d.script
+                .push_back((Duration::from_secs(60), Err(waiting("init timed out"))));
+        }
+    });
+    let _task = kit.start();
+    kit.until("two joins of epoch 1", |k| {
+        k.domain.with(|d| d.attempts == [1, 1])
+    })
+    .await;
+    // The operator replaces the lost member: a new epoch.
+    kit.set_table_epoch(2);
+    kit.until_ready().await;
+    assert_eq!(
+        kit.domain.with(|d| (d.attempts.clone(), d.serving)),
+        (vec![1, 1, 2], Some(2))
+    );
+    assert!(
+        !kit.cluster
+            .writes()
+            .contains(&(POD_JOINED, false, PodReason::JoinFailed)),
+        "the join must wait, not fail"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_join_that_times_out_with_no_peer_arriving_fails() {
     let kit = Kit::new();
     kit.domain.with(|d| {
@@ -329,6 +362,48 @@ async fn a_new_epoch_while_ready_rejoins_beside_the_old_one_and_tells_the_worker
         notices.contains(&Notice::EpochChanged { epoch: 2 }),
         "{notices:?}"
     );
+    assert_eq!(
+        kit.cluster.condition(POD_MEMBER_READY),
+        Some((true, PodReason::MemberReady)),
+        "the gate stays open"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_later_epochs_table_naming_a_stranger_is_refused_before_dialling_and_the_member_keeps_serving()
+ {
+    let kit = Kit::new();
+    let _task = kit.start();
+    kit.until_ready().await;
+    // Epoch 2's table names node-b at an address no member's node publishes.
+    let mut members = super::ranktable_members::MemberAddresses::default();
+    members
+        .by_node
+        .entry(NODE.into())
+        .or_default()
+        .insert("127.0.0.1".parse().unwrap());
+    kit.cluster
+        .with(|s| s.member_addresses = Some(members.clone()));
+    kit.set_table_epoch(2);
+    kit.until("epoch 2 refused", |k| {
+        k.cluster.condition(POD_JOINED) == Some((true, PodReason::RejoinFailed))
+    })
+    .await;
+    let refusal = kit.cluster.with(|s| {
+        s.events
+            .iter()
+            .find(|e| e.1 == PodReason::PeerRefused)
+            .cloned()
+    });
+    let (_, _, message) = refusal.expect("a PeerRefused Event");
+    assert!(
+        message.contains("epoch 2") && message.contains("node-b") && message.contains("127.0.0.2"),
+        "{message}"
+    );
+    kit.domain.with(|d| {
+        assert_eq!(d.serving, Some(1), "still serving epoch 1");
+        assert_eq!(d.attempts, [1], "epoch 2 was never dialled");
+    });
     assert_eq!(
         kit.cluster.condition(POD_MEMBER_READY),
         Some((true, PodReason::MemberReady)),

@@ -141,14 +141,21 @@ async fn verify_nic(
         Ok(p) => p,
         Err(e) => return fail(PodReason::DeviceMismatch, format!("rank table: {e}")),
     };
-    // Nothing is dialled before every address and port the table yields is checked.
-    if let Err(e) = super::ranktable::check_peers(
-        table,
-        &plan,
-        ctx.cfg.comm_port_base,
-        &ctx.cfg.service_ports(),
-        ctx.cfg.allow_loopback_peers,
-    ) {
+    // Nothing is dialled before every address and port the table yields is checked, and
+    // every server is a node running one of the group's members.
+    let members =
+        match super::ranktable_members::fetch(&ctx.client, &spec.namespace, &spec.group).await {
+            Ok(m) => m,
+            Err(e) => {
+                let e = super::ranktable::PeerRefusal::MembersUnknown(e.to_string());
+                return fail(
+                    super::ranktable::PeerRefusal::REASON,
+                    format!("rank table: {e}"),
+                );
+            }
+        };
+    let rules = super::ranktable_members::PeerRules::from_config(&ctx.cfg);
+    if let Err(e) = super::ranktable_members::check_table(table, &plan, &members, &rules) {
         return fail(
             super::ranktable::PeerRefusal::REASON,
             format!("rank table: {e}"),

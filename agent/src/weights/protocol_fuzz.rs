@@ -7,27 +7,19 @@
 
 use super::*;
 
-/// xorshift64*: deterministic, no dependency.
-struct Rng(u64);
+use hcomm_comm::testutil::XorShift as Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn bytes(&mut self, max: usize) -> Vec<u8> {
-        (0..self.below(max + 1))
-            .map(|_| self.next() as u8)
-            .collect()
-    }
+/// Chunk-protocol values drawn from the shared PRNG.
+trait Draw {
+    fn digest(&mut self) -> Digest;
+    fn request(&mut self) -> Request;
+    fn response(&mut self) -> Response;
+}
+
+impl Draw for Rng {
     fn digest(&mut self) -> Digest {
         let mut d = [0u8; 32];
-        d.iter_mut().for_each(|b| *b = self.next() as u8);
+        d.iter_mut().for_each(|b| *b = self.next_u64() as u8);
         Digest(d)
     }
     fn request(&mut self) -> Request {
@@ -54,8 +46,8 @@ impl Rng {
                 Response::HaveBits {
                     set: self.digest(),
                     chunks,
-                    bits: (0..half).map(|_| self.next() as u8).collect(),
-                    coming: (0..half).map(|_| self.next() as u8).collect(),
+                    bits: (0..half).map(|_| self.next_u64() as u8).collect(),
+                    coming: (0..half).map(|_| self.next_u64() as u8).collect(),
                 }
             }
             _ => Response::Error(String::from_utf8_lossy(&self.bytes(40)).into_owned()),
@@ -107,7 +99,7 @@ async fn read_all(wire: &[u8]) {
 
 #[tokio::test]
 async fn the_decoders_never_panic_on_random_bytes() {
-    let mut rng = Rng(0x5eed_c4a2);
+    let mut rng = Rng::new(0x5eed_c4a2);
     for _ in 0..20_000 {
         let mut wire = rng.bytes(120);
         // Half the time a plausible length prefix, so the payload paths are reached.
@@ -118,7 +110,7 @@ async fn the_decoders_never_panic_on_random_bytes() {
         }
         read_all(&wire).await;
         // The payload decoders on their own, whatever the kind byte.
-        let k = rng.next() as u8;
+        let k = rng.next_u64() as u8;
         let p = rng.bytes(80);
         let _ = Request::decode(k, &p);
         let _ = Response::decode(k, p);
@@ -127,7 +119,7 @@ async fn the_decoders_never_panic_on_random_bytes() {
 
 #[tokio::test]
 async fn mutated_valid_frames_never_panic_and_what_decodes_means_one_thing() {
-    let mut rng = Rng(0x000f_22ed);
+    let mut rng = Rng::new(0x000f_22ed);
     let mut decoded = 0;
     for _ in 0..20_000 {
         let mut wire = if rng.below(2) == 0 {
@@ -141,7 +133,7 @@ async fn mutated_valid_frames_never_panic_and_what_decodes_means_one_thing() {
             }
             let at = rng.below(wire.len());
             match rng.below(3) {
-                0 => wire[at] = rng.next() as u8,
+                0 => wire[at] = rng.next_u64() as u8,
                 1 => {
                     wire.remove(at);
                 }
@@ -164,7 +156,7 @@ async fn mutated_valid_frames_never_panic_and_what_decodes_means_one_thing() {
 
 #[tokio::test]
 async fn every_message_round_trips_through_its_frame() {
-    let mut rng = Rng(0x2071);
+    let mut rng = Rng::new(0x2071);
     for _ in 0..5_000 {
         let req = rng.request();
         let wire = req.encode();
@@ -180,7 +172,7 @@ async fn every_message_round_trips_through_its_frame() {
 
 #[tokio::test]
 async fn a_chunk_written_without_a_frame_buffer_reads_back_as_the_same_chunk() {
-    let mut rng = Rng(0xc0de);
+    let mut rng = Rng::new(0xc0de);
     for _ in 0..500 {
         let chunk = rng.digest();
         let data = rng.bytes(2000);
@@ -199,7 +191,7 @@ async fn a_chunk_written_without_a_frame_buffer_reads_back_as_the_same_chunk() {
 
 #[tokio::test]
 async fn a_length_over_the_limit_is_refused_before_its_payload_is_read() {
-    let mut rng = Rng(0x1e4);
+    let mut rng = Rng::new(0x1e4);
     for _ in 0..200 {
         let len = (MAX + 1 + rng.below(1 << 20)) as u32;
         let mut wire = len.to_be_bytes().to_vec();

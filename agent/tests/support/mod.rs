@@ -331,3 +331,112 @@ pub fn spawn_agent(h: &SimHost, kubeconfig: &Path, spec: &AgentSpec) -> Result<H
     }
     Ok(h.spawn_command(cmd)?)
 }
+
+/// The files one test makes (the shared probe secret, each agent's socket, Pod sockets,
+/// store and log, anything else it names), removed when dropped, pass or fail.
+pub struct TestFiles {
+    label: String,
+    /// The shared probe secret file, written at [`TestFiles::new`].
+    pub secret: PathBuf,
+    paths: Vec<PathBuf>,
+}
+
+impl TestFiles {
+    /// Files named after `label`; writes the shared secret.
+    pub fn new(label: &str) -> Result<TestFiles> {
+        let secret = temp_path(&format!("{label}-secret"));
+        let files = TestFiles {
+            label: label.to_owned(),
+            secret: secret.clone(),
+            paths: vec![secret],
+        };
+        write_secret(&files.secret)?;
+        Ok(files)
+    }
+
+    /// A path of this test named `what`, removed at the end.
+    pub fn path(&mut self, what: &str) -> PathBuf {
+        let p = temp_path(&format!("{}-{what}", self.label));
+        self.paths.push(p.clone());
+        p
+    }
+
+    /// The agent of `host`: its socket, Pod sockets, store and log (stderr) are this
+    /// test's files.
+    pub fn agent(&mut self, host: &SimHost) -> AgentSpec {
+        let mut spec = AgentSpec::new(&self.label, host, &self.secret);
+        let log = self.path(&format!("{}.log", host.index()));
+        spec.log = Some(log);
+        self.paths.extend([
+            spec.socket.clone(),
+            spec.socket.with_extension("pods"),
+            spec.weights_dir.clone(),
+        ]);
+        spec
+    }
+}
+
+impl Drop for TestFiles {
+    fn drop(&mut self) {
+        for p in &self.paths {
+            let _ = std::fs::remove_dir_all(p);
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// A one-device rank-table entry for `h`'s device 0, named and addressed as the operator
+/// names it: (server id, host ip, device id).
+pub fn member(h: &SimHost) -> (String, String, i32) {
+    (h.name().to_owned(), h.data_ip().to_string(), 0)
+}
+
+/// Waits until `pod`'s condition `type_` is `status` with `reason`; returns its message.
+pub async fn wait_reason(
+    pods: &Api<Pod>,
+    pod: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    within: Duration,
+) -> Result<String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = condition(pods, pod, type_).await;
+        if let Some((s, r, m)) = &now
+            && s == status
+            && r == reason
+        {
+            return Ok(m.clone());
+        }
+        if Instant::now() > deadline {
+            bail!("{pod}: {type_} not {status} ({reason}) within {within:?}; now {now:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until a Warning Event about `pod` has one of `reasons` and a note containing
+/// `needle`; returns the note.
+pub async fn wait_event(
+    client: &kube::Client,
+    pod: &str,
+    reasons: &[&str],
+    needle: &str,
+    within: Duration,
+) -> Result<String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let events = pod_events(client, pod).await?;
+        if let Some((_, note)) = events
+            .iter()
+            .find(|(r, note)| reasons.contains(&r.as_str()) && note.contains(needle))
+        {
+            return Ok(note.clone());
+        }
+        if Instant::now() > deadline {
+            bail!("no Event {reasons:?} naming {needle:?} on {pod} within {within:?}: {events:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -19,6 +19,7 @@ mod backend;
 mod check;
 mod disruption;
 mod faults;
+mod local_api_attack;
 mod npu_faults;
 mod resources;
 mod rollout;
@@ -62,6 +63,7 @@ fn main() {
         disruption::kubectl_drain_moves_a_decode_member_through_hcomms_drain,
         disruption::a_member_pod_deleted_directly_drains_on_sigterm_and_is_replaced,
         saturation::a_stranger_saturating_a_nodes_ports_marks_nothing_down_and_evicts_nobody,
+        local_api_attack::a_worker_calling_another_pods_local_api_is_refused_and_the_victim_keeps_serving,
         faults::a_weight_source_killed_mid_sync_is_replaced_by_the_other,
         faults::a_blackholed_data_nic_is_refused_and_the_next_host_used,
         backend::an_hccl_group_without_the_hccl_runtime_is_refused_while_the_pools_serve,
