@@ -16,8 +16,8 @@ pub mod rank_table;
 
 pub use group::{
     Algorithm, Backend, CommSpec, GroupPhase, HcommGroup, HcommGroupSpec, HcommGroupStatus,
-    MemberPhase, MemberStatus, RankRange, Role, ScalingSpec, ScalingStrategy, TopologyEntry,
-    WeightsSpec,
+    MemberPhase, MemberStatus, RankRange, Role, RollingUpdate, ScalingSpec, ScalingStrategy,
+    TopologyEntry, UpdateStrategy, WeightsSpec,
 };
 pub use node::{
     DeviceHealth, DeviceInventory, HcommNode, HcommNodeSpec, HcommNodeStatus, LinkTestResult,

@@ -141,6 +141,7 @@ mod tests {
             drained: false,
             serving: false,
             weights_digest: None,
+            revision: None,
             unreachable: false,
             deleting: false,
             running: false,

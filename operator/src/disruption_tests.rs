@@ -30,6 +30,7 @@ fn member(name: &str, index: i32, node: &str, phase: MemberPhase) -> ObservedMem
         deleting: false,
         running: true,
         created_at: None,
+        revision: None,
     }
 }
 
@@ -164,6 +165,7 @@ fn input(members: Vec<ObservedMember>, nodes: &[&str]) -> PlanInput {
             drain_timeout: SignedDuration::from_secs(60),
             deleting: false,
             weights_digest: None,
+            rollout: crate::planner::rollout::Settings::default(),
         },
         recorded: Recorded {
             epoch: 1,
@@ -174,6 +176,7 @@ fn input(members: Vec<ObservedMember>, nodes: &[&str]) -> PlanInput {
         used_npus: used,
         avoid_nodes: BTreeSet::new(),
         new_members_after: None,
+        rollout_stopped: None,
         now: Timestamp::from_second(1_800_000_000).unwrap(),
     }
 }

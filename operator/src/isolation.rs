@@ -97,6 +97,7 @@ mod tests {
             drained: false,
             serving: true,
             weights_digest: None,
+            revision: None,
             unreachable: false,
             deleting: false,
             running: true,

@@ -33,6 +33,8 @@ pub mod podgroup;
 pub mod rank_table;
 pub mod readiness;
 pub mod reconcile;
+pub mod revision;
+pub mod revision_history;
 pub mod status;
 pub mod telemetry;
 pub mod watches;

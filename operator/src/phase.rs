@@ -51,6 +51,8 @@ pub struct ObservedMember {
     pub serving: bool,
     /// The weights digest it was created for (annotation `hcomm.io/weights-digest`).
     pub weights_digest: Option<String>,
+    /// The revision it was made from (label `hcomm.io/revision`; `crate::revision`).
+    pub revision: Option<String>,
     /// Its node is lost to the data network (from the other members' link probes; set by
     /// the reconciler, not derived from the Pod).
     pub unreachable: bool,
@@ -63,6 +65,33 @@ pub struct ObservedMember {
 }
 
 impl ObservedMember {
+    /// A Ready member `g-<index>` for tests: running, serving, no devices.
+    #[cfg(test)]
+    pub fn ready_for_test(index: i32) -> Self {
+        Self {
+            name: format!("g-{index}"),
+            index,
+            epoch: 1,
+            node: Some("n".into()),
+            devices: Vec::new(),
+            allocation: None,
+            unschedulable: None,
+            blocked: None,
+            phase: MemberPhase::Ready,
+            failed: false,
+            message: None,
+            drain_requested_at: None,
+            drained: false,
+            serving: true,
+            weights_digest: None,
+            revision: None,
+            unreachable: false,
+            deleting: false,
+            running: true,
+            created_at: Some(Timestamp::UNIX_EPOCH),
+        }
+    }
+
     /// Whether the member belongs to the planned member set (not on its way out).
     pub fn in_set(&self) -> bool {
         self.drain_requested_at.is_none() && !self.deleting
@@ -151,6 +180,7 @@ pub fn observe(pod: &Pod, resource: &str) -> Option<ObservedMember> {
         drained: status_of(conditions, POD_DRAINED) == Some("True"),
         serving: status_of(conditions, POD_MEMBER_READY) == Some("True"),
         weights_digest: annotations.get(ANNOTATION_WEIGHTS_DIGEST).cloned(),
+        revision: crate::revision::of_pod(pod),
         unreachable: false,
         deleting: meta.deletion_timestamp.is_some(),
         running,

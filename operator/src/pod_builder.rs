@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use hcomm_crds::contract::env;
 use hcomm_crds::contract::{
     ANNOTATION_WEIGHTS_DIGEST, LABEL_EPOCH, LABEL_GROUP, LABEL_MANAGED_BY, LABEL_MEMBER_INDEX,
-    LABEL_RANK, LABEL_ROLE, MANAGER_NAME, READINESS_GATE,
+    LABEL_RANK, LABEL_REVISION, LABEL_ROLE, MANAGER_NAME, READINESS_GATE,
 };
 use hcomm_crds::group::Bootstrap;
 use hcomm_crds::{Backend, HcommGroup, HcommGroupSpec};
@@ -68,6 +68,7 @@ pub fn build(group: &HcommGroup, member: &PlannedMember, epoch: i64, world_size:
     labels.insert(LABEL_RANK.into(), (member.index * dpm).to_string());
     labels.insert(LABEL_ROLE.into(), spec_.role.as_str().into());
     labels.insert(LABEL_EPOCH.into(), epoch.to_string());
+    labels.insert(LABEL_REVISION.into(), crate::revision::of(spec_));
     labels.insert(LABEL_MANAGED_BY.into(), MANAGER_NAME.into());
 
     let mut annotations = template_meta.annotations.unwrap_or_default();

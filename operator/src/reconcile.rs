@@ -22,8 +22,10 @@ use crate::error::{Error, Result};
 use crate::links::{self, LinkReport};
 use crate::observe::{self, Observed};
 use crate::phase::ObservedMember;
-use crate::planner::{Desired, Plan, PlanInput};
-use crate::{allocation, disruption, group_secret, isolation, pdb, podgroup};
+use crate::planner::{Desired, Plan, PlanInput, rollout};
+use crate::{
+    allocation, disruption, group_secret, isolation, pdb, podgroup, revision, revision_history,
+};
 use crate::{events, status};
 
 pub use hcomm_crds::contract::FINALIZER;
@@ -94,6 +96,10 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
     let budget = disruption::Budget::of(&group.spec.scaling);
     let plan = disruption::plan(&input, &observed.cordoned, budget);
     tracing::Span::current().record("epoch", plan.epoch);
+    // The plan's revision is kept before any Pod of it exists (`crate::revision_history`).
+    if !deleting && revision_history::needed(group) {
+        revision_history::sync(ctx, group, &members).await?;
+    }
     // Before the plan's Pods exist, so Volcano finds their PodGroup when they arrive.
     let pod_group = podgroup::sync(ctx, group, &plan).await;
     let outcome = apply::apply(ctx, group, &observed, &plan).await?;
@@ -194,6 +200,7 @@ pub fn plan_input(
             drain_timeout: SignedDuration::from_secs(spec.scaling.drain_timeout_seconds.into()),
             deleting: group.meta().deletion_timestamp.is_some(),
             weights_digest: spec.weights.as_ref().map(|w| w.digest.clone()),
+            rollout: rollout_settings(group),
         },
         members: members.to_vec(),
         nodes: observed.nodes.clone(),
@@ -201,7 +208,24 @@ pub fn plan_input(
         recorded: observed.recorded.clone(),
         avoid_nodes: observe::avoid_nodes(group).into_iter().collect(),
         new_members_after: None,
+        rollout_stopped: status::rollout_stopped(group),
         now,
+    }
+}
+
+/// The rolling update's settings from `spec.updateStrategy` (see `planner::rollout`).
+pub fn rollout_settings(group: &HcommGroup) -> rollout::Settings {
+    let spec = &group.spec;
+    let rolling = &spec.update_strategy.rolling_update;
+    rollout::Settings {
+        update_revision: revision::of(spec),
+        max_surge: rolling.max_surge,
+        max_unavailable: rolling.max_unavailable,
+        partition: rolling.partition,
+        progress_deadline: SignedDuration::from_secs(
+            spec.update_strategy.progress_deadline_seconds.into(),
+        ),
+        dense_ranks: spec.comm.backend == hcomm_crds::Backend::Hccl,
     }
 }
 

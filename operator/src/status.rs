@@ -26,9 +26,11 @@ use crate::context::FIELD_MANAGER;
 use crate::error::{Error, Result};
 use crate::links::LinkReport;
 use crate::phase::ObservedMember;
+use crate::planner::rollout::{Progress, Stop, StopReason};
 use crate::planner::{NodeInventory, Plan, RemovalReason, ranks};
 use crate::pod_builder::selector_string;
 use crate::rank_table::config_map_name;
+use crate::revision;
 
 /// How long a `DrainTimedOut` stays on the `Degraded` condition when nothing else is wrong.
 const DRAIN_TIMEOUT_STICKS: SignedDuration = SignedDuration::from_mins(10);
@@ -173,7 +175,18 @@ pub fn build(input: StatusInput<'_>) -> HcommGroupStatus {
         );
     }
     let held = input.outcome.held.as_ref();
-    if joining > 0 || leaving > 0 || input.plan.unplaced > 0 || held.is_some() {
+    let revisions = revision_summary(input);
+    if let Some((status, reason, message)) = rollout_condition(input, &revisions) {
+        set(
+            &mut conditions,
+            CONDITION_PROGRESSING,
+            status,
+            reason,
+            message,
+            generation,
+            &now,
+        );
+    } else if joining > 0 || leaving > 0 || input.plan.unplaced > 0 || held.is_some() {
         let mut message = format!(
             "epoch {}: {joining} joining, {leaving} leaving, {} waiting for capacity",
             input.plan.epoch, input.plan.unplaced
@@ -246,10 +259,102 @@ pub fn build(input: StatusInput<'_>) -> HcommGroupStatus {
         phase: Some(phase),
         observed_generation: generation,
         rank_table: Some(config_map_name(&name)),
+        current_revision: Some(revisions.current),
+        update_revision: Some(revisions.update),
+        updated_replicas: revisions.updated,
+        current_replicas: revisions.current_count,
         members,
         topology,
         conditions,
     }
+}
+
+/// The revisions of the members in the set after this round: this round's drains and
+/// deletions left it, its joiners (of the update revision) entered it.
+fn revision_summary(input: StatusInput<'_>) -> revision::Summary {
+    let outcome = input.outcome;
+    let left = |name: &String| {
+        outcome.drain_requested.contains(name) || outcome.deleted.iter().any(|r| &r.name == name)
+    };
+    let staying: Vec<ObservedMember> = input
+        .members
+        .iter()
+        .filter(|m| !left(&m.name))
+        .cloned()
+        .collect();
+    let mut summary = revision::summary(&staying, &revision::of(&input.group.spec));
+    let joined = outcome.created.len() as i32;
+    summary.updated += joined;
+    if summary.current == summary.update {
+        summary.current_count += joined;
+    }
+    summary
+}
+
+/// The `Progressing` condition while a rollout is under way, paused or stopped; `None`
+/// when every member runs the update revision (membership decides then).
+fn rollout_condition(
+    input: StatusInput<'_>,
+    revisions: &revision::Summary,
+) -> Option<(bool, &'static str, String)> {
+    let spec = &input.group.spec;
+    let counts = format!(
+        "{}/{} members on revision {} ({} still on {})",
+        revisions.updated,
+        spec.replicas,
+        revisions.update,
+        revisions.current_count,
+        revisions.current
+    );
+    match &input.plan.rollout {
+        Progress::Complete => None,
+        Progress::Rolling => Some((
+            true,
+            GroupReason::RollingUpdate.as_str(),
+            format!("rolling update: {counts}"),
+        )),
+        Progress::Paused => Some((
+            false,
+            GroupReason::PartitionPaused.as_str(),
+            format!(
+                "members below partition {} keep their revision: {counts}",
+                spec.update_strategy.rolling_update.partition
+            ),
+        )),
+        Progress::Stopped(stop) => Some((
+            false,
+            stop.reason.reason().as_str(),
+            format!("{STOPPED}{}", stop.message),
+        )),
+    }
+}
+
+/// How the `Progressing` message of a stopped rollout starts; the stop's own message
+/// follows.
+const STOPPED: &str =
+    "rollout stopped, the old members keep serving; apply a fixed template or the old one: ";
+
+/// A stop of the rollout to the group's current revision, from the status an earlier
+/// round wrote (`Progressing=False` with a stop reason, for the same `updateRevision`):
+/// a stopped rollout stays stopped until the template or weights change.
+pub fn rollout_stopped(group: &HcommGroup) -> Option<Stop> {
+    let status = group.status.as_ref()?;
+    if status.update_revision.as_deref() != Some(revision::of(&group.spec).as_str()) {
+        return None;
+    }
+    let condition = find_condition(&status.conditions, CONDITION_PROGRESSING)?;
+    if condition.status != "False" {
+        return None;
+    }
+    let reason = StopReason::from_reason(&condition.reason)?;
+    let message = condition
+        .message
+        .strip_prefix(STOPPED)
+        .unwrap_or(&condition.message);
+    Some(Stop {
+        reason,
+        message: message.to_owned(),
+    })
 }
 
 fn set(

@@ -90,5 +90,18 @@ string_enum! {
         /// ConfigMap over 1 MiB; about 16,000 ranks with device IPs): it is not written.
         /// Fewer members or fewer devices per member fit.
         RankTableTooLarge => "RankTableTooLarge",
+        /// Members of an older revision are being replaced by members of the new one
+        /// (`Progressing=True`).
+        RollingUpdate => "RollingUpdate",
+        /// Members below `updateStrategy.rollingUpdate.partition` keep their older revision;
+        /// every member at or above it runs the new one.
+        PartitionPaused => "PartitionPaused",
+        /// A member of the new revision was not Ready within
+        /// `updateStrategy.progressDeadlineSeconds` (e.g. its image cannot be pulled): the
+        /// rollout stopped (`Progressing=False`), the old members keep serving.
+        ProgressDeadlineExceeded => "ProgressDeadlineExceeded",
+        /// A member of the new revision failed (e.g. its weights did not match the digest):
+        /// the rollout stopped (`Progressing=False`), the old members keep serving.
+        RevisionFailed => "RevisionFailed",
     }
 }

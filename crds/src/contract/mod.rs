@@ -30,6 +30,9 @@ pub const LABEL_RANK: &str = "hcomm.io/rank";
 pub const LABEL_ROLE: &str = "hcomm.io/role";
 /// Label on every member Pod: the epoch at which the member was planned.
 pub const LABEL_EPOCH: &str = "hcomm.io/epoch";
+/// Label on every member Pod: the revision (hash of the group's template and weights) it
+/// was made from; also the suffix of the group's ControllerRevision of that revision.
+pub const LABEL_REVISION: &str = "hcomm.io/revision";
 /// Node label the agent reads the node's super pod from (when no flag sets it).
 pub const LABEL_SUPER_POD: &str = "hcomm.io/super-pod";
 /// Node label the agent reads the node's rack from.

@@ -41,6 +41,16 @@ use super::HcommGroupStatus;
     printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.replicas"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
     printcolumn(name = "Epoch", type_ = "integer", json_path = ".status.epoch"),
+    printcolumn(
+        name = "Revision",
+        type_ = "string",
+        json_path = ".status.updateRevision"
+    ),
+    printcolumn(
+        name = "Updated",
+        type_ = "integer",
+        json_path = ".status.updatedReplicas"
+    ),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(
         name = "Age",
@@ -106,6 +116,99 @@ pub struct HcommGroupSpec {
     /// Unset: each member Pod is scheduled on its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduling: Option<SchedulingSpec>,
+
+    /// How members are replaced when `template` or `weights` change: each change makes a
+    /// new revision (a hash of the two, the `hcomm.io/revision` label of the members made
+    /// from it), and members of older revisions are replaced by a rolling update.
+    #[serde(default)]
+    pub update_strategy: UpdateStrategy,
+
+    /// How many old revisions the group keeps as ControllerRevisions (owned by the group,
+    /// named `<group>-<revision>`), for `kubectl rollout history`-style inspection and so a
+    /// rollback (applying an old template again) reuses its revision. Default 10.
+    #[serde(default = "default_revision_history_limit")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub revision_history_limit: i32,
+}
+
+fn default_revision_history_limit() -> i32 {
+    10
+}
+
+/// How a new revision replaces the members of older ones.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateStrategy {
+    /// The rolling update's pace and its canary partition.
+    #[serde(default)]
+    pub rolling_update: RollingUpdate,
+
+    /// How long (seconds, 1–86400) a member of the new revision may take to become Ready
+    /// (verified, synced, joined, serving) before the rollout stops with `Progressing=False`,
+    /// reason `ProgressDeadlineExceeded`. A member of the new revision that fails (e.g. a
+    /// weights digest mismatch) stops it at once, reason `RevisionFailed`. A stopped rollout
+    /// drains no further old member; it resumes only with a new revision (a fixed template,
+    /// or the old one applied again to roll back).
+    #[serde(default = "default_progress_deadline_seconds")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub progress_deadline_seconds: i32,
+}
+
+impl Default for UpdateStrategy {
+    fn default() -> Self {
+        Self {
+            rolling_update: RollingUpdate::default(),
+            progress_deadline_seconds: default_progress_deadline_seconds(),
+        }
+    }
+}
+
+fn default_progress_deadline_seconds() -> i32 {
+    600
+}
+
+/// The pace of a rolling update, in members (whole numbers, not percentages).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("self.maxSurge + self.maxUnavailable >= 1").message("rollingUpdate: maxSurge and maxUnavailable must not both be 0 (no member could ever be replaced)"))]
+#[serde(rename_all = "camelCase")]
+pub struct RollingUpdate {
+    /// How many members of the new revision may exist above `replicas` during a rollout
+    /// (0–1024; default 1): a new member joins and serves before an old one drains, so
+    /// serving capacity never drops. Needs one member's worth of free NPUs. With
+    /// `comm.backend: hccl` the rollout is in place instead (as with 0), because HCCL ranks
+    /// must stay `0..n-1` and a member's ranks are fixed when it is created.
+    #[serde(default = "default_max_surge")]
+    #[schemars(range(min = 0, max = 1024))]
+    pub max_surge: i32,
+
+    /// How many members may be not serving at once during a rollout (0–1024; default 0).
+    /// Above 0, old members drain before their replacements are Ready, faster but with
+    /// less capacity.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 1024))]
+    pub max_unavailable: i32,
+
+    /// Members with an index below `partition` keep their revision (a canary: set it to
+    /// `replicas - 1` to roll one member, then lower it). Members at or above it are
+    /// replaced. A member below the partition that fails is replaced with the new revision
+    /// too: hcomm builds Pods only from the current template. Default 0 (roll everything).
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub partition: i32,
+}
+
+impl Default for RollingUpdate {
+    fn default() -> Self {
+        Self {
+            max_surge: default_max_surge(),
+            max_unavailable: 0,
+            partition: 0,
+        }
+    }
+}
+
+fn default_max_surge() -> i32 {
+    1
 }
 
 /// Scheduler settings of a group.

@@ -47,6 +47,24 @@ pub struct HcommGroupStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub topology: Vec<TopologyEntry>,
 
+    /// The revision most members that are not yet on `updateRevision` run (the one being
+    /// replaced); equal to `updateRevision` once every member runs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<String>,
+
+    /// The revision of the current `template` and `weights`: the `hcomm.io/revision` label
+    /// of the members a rollout creates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_revision: Option<String>,
+
+    /// Members (not leaving) that run `updateRevision`.
+    #[serde(default)]
+    pub updated_replicas: i32,
+
+    /// Members (not leaving) that run `currentRevision`.
+    #[serde(default)]
+    pub current_replicas: i32,
+
     /// `Ready`, `Progressing`, `Degraded` and `LinksHealthy`, following Kubernetes API
     /// conventions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

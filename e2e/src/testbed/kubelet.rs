@@ -286,6 +286,13 @@ impl State {
         else {
             return;
         };
+        if let Some(image) = unpullable_image(pod) {
+            // A kubelet admits the Pod (devices allocated) and then fails to pull: the
+            // containers never start, the Pod never turns Ready (ErrImagePull, then
+            // ImagePullBackOff). Not remembered, so each event of the Pod logs it again.
+            tracing::warn!(pod = ?pod.metadata.name, %image, reason = "ErrImagePull", "kubelet: cannot pull the image (its registry host is under .invalid), not starting");
+            return;
+        }
         let (mut launches, _) = launch::plan(pod, &node.root, &self.config.programs);
         if let Some(a) = &allocation {
             give_devices(&mut launches, a);
@@ -684,6 +691,28 @@ async fn let_object_go(
     }
 }
 
+/// The first image of `pod` no registry can serve: its registry host is under `.invalid`,
+/// the top-level domain reserved never to resolve (RFC 6761), so a real kubelet's pull
+/// fails with `ErrImagePull` there too. That is how scenarios model a bad image
+/// (`example.invalid/worker:broken`) without pretending: every other image "pulls", as
+/// the testbed runs workspace binaries whatever the image says.
+pub fn unpullable_image(pod: &Pod) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .filter_map(|c| c.image.as_deref())
+        .find(|image| {
+            let (host, rest) = image.split_once('/').unwrap_or(("", image));
+            // Docker's rule: the first part names a registry when it has a dot or a port.
+            let registry = !rest.is_empty() && (host.contains('.') || host.contains(':'));
+            let host = host.split(':').next().unwrap_or(host);
+            registry && (host == "invalid" || host.ends_with(".invalid"))
+        })
+        .map(str::to_owned)
+}
+
 /// Sets `ASCEND_VISIBLE_DEVICES` in each launch whose container got devices, as the
 /// plugin's Allocate response does (it wins over a value in the Pod spec).
 fn give_devices(launches: &mut [Launch], allocation: &PodAllocation) {
@@ -696,5 +725,44 @@ fn give_devices(launches: &mut [Launch], allocation: &PodAllocation) {
                 device_plugin::visible_devices(ids),
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(images: &[&str]) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": images.iter().enumerate()
+                .map(|(i, image)| serde_json::json!({"name": format!("c{i}"), "image": image}))
+                .collect::<Vec<_>>()}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_image_on_an_invalid_registry_host_cannot_be_pulled() {
+        assert_eq!(
+            unpullable_image(&pod(&["hcomm/example-worker:0.1.0", "example.invalid/w:1"])),
+            Some("example.invalid/w:1".to_owned())
+        );
+        assert_eq!(
+            unpullable_image(&pod(&["registry.invalid:5000/w"])),
+            Some("registry.invalid:5000/w".to_owned())
+        );
+    }
+
+    #[test]
+    fn ordinary_images_pull() {
+        assert_eq!(
+            unpullable_image(&pod(&[
+                "hcomm/example-worker:0.1.0",
+                "docker.io/library/invalid:1",
+                "invalid/x"
+            ])),
+            None
+        );
     }
 }

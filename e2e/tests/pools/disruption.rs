@@ -8,11 +8,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use hcomm_e2e::testbed::examples::{NAMESPACE as NS, POOL_WAIT};
 use hcomm_e2e::testbed::{ExamplePools, MemberPod};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Api;
-use kube::api::EvictParams;
 
 use crate::check;
 
@@ -39,7 +37,7 @@ pub async fn kubectl_drain_moves_a_decode_member_through_hcomms_drain(
 
     // The group's budget: owned by the group, no eviction allowed.
     let client = pools.bed.client().await?;
-    let budget = Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
+    let budget = Api::<PodDisruptionBudget>::namespaced(client, NS)
         .get("decode")
         .await
         .context("the decode group's PodDisruptionBudget")?;
@@ -54,16 +52,35 @@ pub async fn kubectl_drain_moves_a_decode_member_through_hcomms_drain(
                 .any(|o| o.kind == "HcommGroup" && o.name == "decode"),
         "budget: {budget:?}"
     );
-    // A bare eviction is refused while hcomm has not moved the member.
-    let pods: Api<Pod> = Api::namespaced(client, NS);
-    match pods.evict(&victim.name, &EvictParams::default()).await {
-        Err(kube::Error::Api(status)) if status.code == 429 => {}
+    // A bare eviction is refused while hcomm has not moved the member. With kubectl: the
+    // client library retries a 429 by itself, kubectl reports it.
+    let eviction = pools.bed.dir().join("eviction.json");
+    std::fs::write(
+        &eviction,
+        serde_json::json!({
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": victim.name, "namespace": NS}
+        })
+        .to_string(),
+    )?;
+    let path = format!("/api/v1/namespaces/{NS}/pods/{}/eviction", victim.name);
+    let refused = tokio::task::block_in_place(|| {
+        pools.bed.kubectl(&[
+            "create",
+            "--raw",
+            &path,
+            "-f",
+            &eviction.display().to_string(),
+        ])
+    });
+    match refused {
+        Err(e) if format!("{e:#}").contains("TooManyRequests") => {}
         other => bail!(
             "evicting {} directly: expected 429, got {other:?}",
             victim.name
         ),
     }
-
     let bed = &pools.bed;
     let drained = tokio::task::block_in_place(|| {
         bed.kubectl(&[

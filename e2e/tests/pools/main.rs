@@ -23,6 +23,7 @@ mod local_api_attack;
 mod npu_faults;
 mod resources;
 mod rollout;
+mod rollout_template;
 mod saturation;
 mod scaling;
 mod upgrade;
@@ -71,6 +72,7 @@ fn main() {
         upgrade::an_upgrade_restarts_agents_node_by_node_and_hands_the_operator_over_under_load,
         resources::thirty_scale_cycles_leave_nothing_behind,
         rollout::a_new_weights_version_rolls_member_by_member_and_old_versions_go,
+        rollout_template::a_template_change_rolls_member_by_member_and_a_bad_revision_is_stopped_and_rolled_back,
         faults::a_cut_off_host_is_replaced_and_used_again_once_restored,
         npu_faults::a_joiner_whose_npu_has_no_address_in_hccn_conf_is_refused,
         npu_faults::a_joiner_whose_node_has_two_npus_with_one_address_is_refused,

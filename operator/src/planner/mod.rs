@@ -10,13 +10,16 @@
 pub mod epoch;
 pub mod placement;
 pub mod ranks;
+pub mod rollout;
+#[cfg(test)]
+mod rollout_tests;
 #[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use hcomm_crds::ScalingStrategy;
 use hcomm_crds::contract::ascend::DeviceAllocation;
-use hcomm_crds::{MemberPhase, ScalingStrategy};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::phase::ObservedMember;
@@ -42,8 +45,11 @@ pub struct Desired {
     pub drain_timeout: SignedDuration,
     /// The group is being deleted: drain and remove everything.
     pub deleting: bool,
-    /// `spec.weights.digest`: members created for another digest are rolled.
+    /// `spec.weights.digest`: members made before revisions existed are rolled when it
+    /// differs from theirs.
     pub weights_digest: Option<String>,
+    /// The rolling update: the revision to roll to and its pace (`spec.updateStrategy`).
+    pub rollout: rollout::Settings,
 }
 
 /// Everything the planner looks at.
@@ -64,6 +70,9 @@ pub struct PlanInput {
     /// No new member (replacement or scale-out) before this time: the group's members
     /// keep failing (see `crate::backoff`).
     pub new_members_after: Option<Timestamp>,
+    /// A stop of the rollout to the same update revision, from an earlier round (the
+    /// group's `Progressing` condition): it holds until the update revision changes.
+    pub rollout_stopped: Option<rollout::Stop>,
     /// The current time.
     pub now: Timestamp,
 }
@@ -133,6 +142,8 @@ pub struct Plan {
     pub recheck_after: Option<SignedDuration>,
     /// The group is being deleted and no member Pod is left.
     pub finished: bool,
+    /// Where the rolling update stands.
+    pub rollout: rollout::Progress,
 }
 
 impl Plan {
@@ -157,11 +168,30 @@ pub fn plan(input: &PlanInput) -> Plan {
 
     // 1. Who leaves the set now.
     let mut victims: Vec<&ObservedMember> = Vec::new();
+    let step = rollout::step(
+        &desired.rollout,
+        desired.weights_digest.as_deref(),
+        &healthy,
+        &failed,
+        replicas,
+        input.rollout_stopped.clone(),
+        input.now,
+    );
+    let mut target = replicas;
     if desired.deleting {
         victims.extend(in_set.iter().copied());
     } else {
         victims.extend(failed.iter().copied());
         match desired.strategy {
+            ScalingStrategy::Incremental if step.active => {
+                victims.extend(
+                    healthy
+                        .iter()
+                        .copied()
+                        .filter(|m| step.drain.contains(&m.name)),
+                );
+                target = step.target;
+            }
             ScalingStrategy::Incremental if healthy.len() > replicas => {
                 let leaving = input
                     .members
@@ -186,9 +216,6 @@ pub fn plan(input: &PlanInput) -> Plan {
                 // Tear down everything; the new set is built once the old one is gone.
                 victims.extend(healthy.iter().copied());
             }
-            ScalingStrategy::Incremental => {
-                victims.extend(rolling_victims(input, &healthy, replicas));
-            }
             _ => {}
         }
     }
@@ -203,7 +230,8 @@ pub fn plan(input: &PlanInput) -> Plan {
     let mut capacity = Capacity::new(&input.nodes, &input.used_npus);
     let mut avoid = input.avoid_nodes.clone();
     avoid.extend(failed.iter().filter_map(|m| m.node.clone()));
-    let (joiner_slots, unplaced) = plan_joiners(input, &kept, &victims, &mut capacity, &avoid);
+    let (joiner_slots, unplaced) =
+        plan_joiners(input, target, &kept, &victims, &mut capacity, &avoid);
 
     // 3. The epoch of the new set.
     let kept_names: BTreeSet<String> = kept.iter().map(|m| m.name.clone()).collect();
@@ -243,6 +271,9 @@ pub fn plan(input: &PlanInput) -> Plan {
 
     // 4. Drains and deletions of members outside the set.
     let (delete, mut recheck_after) = removals(input);
+    if let Some(left) = step.recheck_after {
+        recheck_after = Some(recheck_after.map_or(left, |r| r.min(left)));
+    }
     if let Some(t) = input.new_members_after.filter(|t| input.now < *t) {
         let wait = t.duration_since(input.now);
         recheck_after = Some(recheck_after.map_or(wait, |r| r.min(wait)));
@@ -258,59 +289,31 @@ pub fn plan(input: &PlanInput) -> Plan {
         failed_nodes: failed.iter().filter_map(|m| m.node.clone()).collect(),
         recheck_after,
         finished: desired.deleting && input.members.is_empty(),
+        rollout: step.progress,
     }
 }
 
-/// Whether a member serves weights other than the group's (`spec.weights.digest`).
-fn outdated(member: &ObservedMember, desired: &Desired) -> bool {
-    desired.weights_digest.is_some() && member.weights_digest != desired.weights_digest
-}
-
+/// Whether a member runs another revision than the group's (Rebuild tears those down).
 fn any_outdated(members: &[&ObservedMember], desired: &Desired) -> bool {
-    members.iter().any(|m| outdated(m, desired))
-}
-
-/// The rolling weights update (Incremental): when `spec.weights.digest` changes, members
-/// created for another digest are replaced a few at a time — `maxUnavailable` at once,
-/// highest index first, and only while nobody is joining or leaving, so each replacement
-/// (which takes the freed index, rank and devices, with the new weights) is Ready before
-/// the next member goes. The others serve throughout, each with the one version it
-/// loaded; the router never sees a member answer with two.
-fn rolling_victims<'a>(
-    input: &PlanInput,
-    healthy: &[&'a ObservedMember],
-    replicas: usize,
-) -> Vec<&'a ObservedMember> {
-    let desired = &input.desired;
-    if healthy.len() > replicas || !any_outdated(healthy, desired) {
-        return Vec::new();
-    }
-    let settled = healthy.len() == replicas
-        && healthy.iter().all(|m| m.phase == MemberPhase::Ready)
-        && input.members.iter().all(|m| m.in_set());
-    if !settled {
-        return Vec::new();
-    }
-    let mut stale: Vec<&ObservedMember> = healthy
+    let update = desired.rollout.update_revision.as_str();
+    let digest = desired.weights_digest.as_deref();
+    members
         .iter()
-        .copied()
-        .filter(|m| outdated(m, desired))
-        .collect();
-    stale.sort_by_key(|m| std::cmp::Reverse(m.index));
-    stale.truncate(desired.max_unavailable.max(1) as usize);
-    stale
+        .any(|m| crate::revision::outdated(m, update, digest))
 }
 
-/// Joiner slots `(index, node)` and how many desired members found no room.
+/// Joiner slots `(index, node)` up to `target` members (`replicas`, or more while a
+/// rollout surges) and how many desired members found no room.
 fn plan_joiners(
     input: &PlanInput,
+    target: usize,
     kept: &[&ObservedMember],
     victims: &[&ObservedMember],
     capacity: &mut Capacity<'_>,
     avoid: &BTreeSet<String>,
 ) -> (Vec<(i32, String)>, usize) {
     let desired = &input.desired;
-    let replicas = desired.replicas.max(0) as usize;
+    let replicas = target;
     if desired.deleting || kept.len() >= replicas {
         return (Vec::new(), 0);
     }

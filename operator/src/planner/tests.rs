@@ -38,6 +38,7 @@ fn desired(replicas: i32, dpm: i32) -> Desired {
         drain_timeout: SignedDuration::from_secs(60),
         deleting: false,
         weights_digest: None,
+        rollout: rollout::Settings::default(),
     }
 }
 
@@ -46,6 +47,9 @@ struct World {
     members: Vec<ObservedMember>,
     /// The digest joiners are created for (what `pod_builder` writes from the spec).
     weights: Option<String>,
+    /// The revision joiners are made from (`pod_builder`'s label); `None`: Pods made
+    /// before revisions existed.
+    revision: Option<String>,
     recorded: Recorded,
     nodes: Vec<NodeInventory>,
     now: Timestamp,
@@ -56,6 +60,7 @@ impl World {
         Self {
             members: Vec::new(),
             weights: None,
+            revision: None,
             recorded: Recorded::default(),
             nodes,
             now: Timestamp::from_second(1_000_000).unwrap(),
@@ -77,6 +82,7 @@ impl World {
             recorded: self.recorded.clone(),
             avoid_nodes: BTreeSet::new(),
             new_members_after: None,
+            rollout_stopped: None,
             now: self.now,
         }
     }
@@ -120,6 +126,7 @@ impl World {
                 drained: false,
                 serving: false,
                 weights_digest: self.weights.clone(),
+                revision: self.revision.clone(),
                 unreachable: false,
                 deleting: false,
                 running: false,
@@ -465,6 +472,8 @@ fn a_member_that_drains_while_judged_unreachable_is_deleted_as_drained() {
 fn a_new_weights_digest_rolls_members_one_at_a_time_while_the_others_serve() {
     let mut world = World::new(vec![node("a", "s0", 8)]);
     let mut want = desired(3, 1);
+    // In place, as before revisions: one member out of service at a time.
+    (want.rollout.max_surge, want.rollout.max_unavailable) = (0, 1);
     want.weights_digest = Some("sha256:v1".into());
     world.weights = want.weights_digest.clone();
     world.apply(&plan(&world.input(&want)), 1);
@@ -528,5 +537,115 @@ fn a_new_weights_digest_rolls_members_one_at_a_time_while_the_others_serve() {
         indices,
         [0, 1, 2],
         "replacements take the freed indices (ranks)"
+    );
+}
+
+#[test]
+fn a_new_revision_surges_one_member_and_never_serves_fewer_than_replicas() {
+    let mut world = World::new(vec![node("a", "s0", 8)]);
+    let mut want = desired(3, 1);
+    want.rollout.update_revision = "r1".into();
+    world.revision = Some("r1".into());
+    world.apply(&plan(&world.input(&want)), 1);
+    let serve = |w: &mut World| {
+        for m in &mut w.members {
+            if m.drain_requested_at.is_none() {
+                (m.phase, m.running, m.serving) = (MemberPhase::Ready, true, true);
+            } else {
+                m.drained = true;
+            }
+        }
+    };
+    serve(&mut world);
+    assert_eq!(
+        plan(&world.input(&want)).rollout,
+        rollout::Progress::Complete
+    );
+
+    // A template change: a new revision.
+    want.rollout.update_revision = "r2".into();
+    world.revision = Some("r2".into());
+    let mut drained = Vec::new();
+    for round in 0..30 {
+        let p = plan(&world.input(&want));
+        let ready = world
+            .members
+            .iter()
+            .filter(|m| m.in_set() && m.phase == MemberPhase::Ready && !p.drain.contains(&m.name))
+            .count();
+        assert!(
+            ready >= 3,
+            "round {round}: {ready} serving, fewer than replicas"
+        );
+        assert!(
+            p.members.len() <= 4,
+            "round {round}: more than replicas + maxSurge"
+        );
+        drained.extend(p.drain.clone());
+        world.apply(&p, 1);
+        if p.rollout == rollout::Progress::Complete && world.members.len() == 3 {
+            break;
+        }
+        // The joiners of this round become Ready in the next one, not at once.
+        serve(&mut world);
+    }
+    assert_eq!(
+        drained,
+        ["g-2-e1", "g-1-e1", "g-0-e1"],
+        "old members, one at a time"
+    );
+    assert!(
+        world
+            .members
+            .iter()
+            .all(|m| m.revision.as_deref() == Some("r2") && m.phase == MemberPhase::Ready)
+    );
+}
+
+#[test]
+fn a_stopped_rollout_is_rolled_back_by_the_old_revision_and_old_members_never_drain() {
+    let mut world = World::new(vec![node("a", "s0", 8)]);
+    let mut want = desired(2, 1);
+    want.rollout.update_revision = "good".into();
+    world.revision = Some("good".into());
+    world.apply(&plan(&world.input(&want)), 1);
+    for m in &mut world.members {
+        (m.phase, m.running, m.serving) = (MemberPhase::Ready, true, true);
+    }
+    let old: BTreeSet<String> = world.members.iter().map(|m| m.name.clone()).collect();
+
+    // A bad template: its member never becomes Ready.
+    want.rollout.update_revision = "bad".into();
+    world.revision = Some("bad".into());
+    let p = plan(&world.input(&want));
+    assert_eq!(p.joiners().count(), 1);
+    world.apply(&p, 1);
+    world.now += want.rollout.progress_deadline;
+    let p = plan(&world.input(&want));
+    assert!(
+        matches!(&p.rollout, rollout::Progress::Stopped(s) if s.reason == rollout::StopReason::DeadlineExceeded),
+        "{:?}",
+        p.rollout
+    );
+    assert!(p.drain.is_empty() && p.joiners().count() == 0);
+    world.apply(&p, 1);
+
+    // The old template again: the stuck member drains, nobody else.
+    want.rollout.update_revision = "good".into();
+    world.revision = Some("good".into());
+    let p = plan(&world.input(&want));
+    assert_eq!(p.drain, ["g-2-e2"]);
+    assert_eq!(p.joiners().count(), 0);
+    world.apply(&p, 1);
+    assert!(
+        world
+            .members
+            .iter()
+            .filter(|m| old.contains(&m.name))
+            .all(|m| m.in_set())
+    );
+    assert_eq!(
+        plan(&world.input(&want)).rollout,
+        rollout::Progress::Complete
     );
 }

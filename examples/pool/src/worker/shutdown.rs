@@ -72,8 +72,8 @@ pub async fn wait_idle(state: &Arc<WorkerState>, within: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hcomm_worker::Assignment;
     use crate::worker::state::{Admit, LoadedWeights};
+    use hcomm_worker::Assignment;
 
     #[tokio::test]
     async fn idle_is_reached_when_the_last_request_in_flight_ends_and_not_before() {
