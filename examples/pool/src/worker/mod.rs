@@ -10,10 +10,12 @@
 //! else `/run/hcomm/agent.sock`.
 //!
 //! Modules: [`state`] (admission, counters, pinned weights), [`weights`] (pin and
-//! digest), [`link`] (agent session and in-flight reporter), [`http`] (the API).
+//! digest), [`link`] (agent session and in-flight reporter), [`http`] (the API),
+//! [`metrics`] (load signals for autoscalers on `/metrics`).
 
 pub mod http;
 pub mod link;
+pub mod metrics;
 pub mod state;
 pub mod weights;
 
@@ -127,6 +129,7 @@ pub async fn start(cfg: WorkerConfig) -> Result<Worker> {
         state: Arc::clone(&state),
         step: cfg.step,
         max_tokens: cfg.max_tokens,
+        metrics: metrics::WorkerMetrics::new(Arc::clone(&state)),
     });
     let (stop, mut stop_rx) = watch::channel(false);
     let server = tokio::spawn(async move {
