@@ -1,7 +1,8 @@
-//! The worker's HTTP API: `POST /generate`, `GET /stats`, `GET /healthz`.
+//! The worker's HTTP API: `POST /generate`, `GET /stats`, `GET /healthz`, `GET /metrics`.
 //!
-//! `/generate` sleeps `tokens × step` — the time decode steps would take — so load
-//! behaves like inference load (requests overlap, drains have something to wait for).
+//! `/generate` sleeps one `step` per token — the time decode steps would take — so load
+//! behaves like inference load (requests overlap, drains have something to wait for),
+//! and the token clock feeds the load signals of [`super::metrics`].
 //! Rejections say why, because a harness reads them: `not ready` means a router sent
 //! traffic before the member's readiness gate allowed it.
 
@@ -16,6 +17,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::metrics::{Outcome, WorkerMetrics};
 use super::state::{Admit, WorkerState};
 
 /// A generation request.
@@ -46,6 +48,8 @@ pub struct Api {
     pub step: Duration,
     /// Largest `tokens` accepted (bounds the time one request may hold the worker).
     pub max_tokens: u32,
+    /// The load signals served on `/metrics`.
+    pub metrics: Arc<WorkerMetrics>,
 }
 
 /// The worker's routes.
@@ -54,6 +58,7 @@ pub fn router(api: Api) -> Router {
         .route("/generate", post(generate))
         .route("/stats", get(stats))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(metrics))
         .with_state(api)
 }
 
@@ -67,6 +72,7 @@ fn unavailable(reason: &str) -> Response {
 
 async fn generate(State(api): State<Api>, Json(req): Json<GenerateRequest>) -> Response {
     if req.tokens > api.max_tokens {
+        api.metrics.count(Outcome::Invalid);
         return (
             StatusCode::BAD_REQUEST,
             Json(json!({ "error": format!("tokens must be at most {}", api.max_tokens) })),
@@ -75,16 +81,32 @@ async fn generate(State(api): State<Api>, Json(req): Json<GenerateRequest>) -> R
     }
     let guard = match api.state.admit() {
         Admit::Accepted(g) => g,
-        Admit::NotReady => return unavailable("not ready"),
-        Admit::Draining => return unavailable("draining"),
+        Admit::NotReady => {
+            api.metrics.count(Outcome::RejectedNotReady);
+            return unavailable("not ready");
+        }
+        Admit::Draining => {
+            api.metrics.count(Outcome::RejectedDraining);
+            return unavailable("draining");
+        }
     };
-    tokio::time::sleep(api.step * req.tokens).await;
+    // One sleep per token on a deadline clock: the token gaps are real (what the
+    // inter-token histogram sees) and the total stays `tokens × step` however late a
+    // wake-up comes.
+    let mut generation = api.metrics.generation();
+    let start = tokio::time::Instant::now();
+    for n in 1..=req.tokens {
+        tokio::time::sleep_until(start + api.step * n).await;
+        generation.token();
+    }
+    drop(generation);
     // Identity is read after the decode steps: the epoch is the one the answer was
     // produced in. Admission guaranteed readiness, and readiness never goes back.
     let Some(id) = api.state.identity() else {
         return unavailable("not ready");
     };
     api.state.count_served();
+    api.metrics.count(Outcome::Served);
     drop(guard);
     Json(GenerateResponse {
         pod: api.state.pod.clone(),
@@ -104,4 +126,15 @@ async fn stats(State(api): State<Api>) -> Response {
         v["weights_error"] = json!(e);
     }
     Json(v).into_response()
+}
+
+async fn metrics(State(api): State<Api>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        api.metrics.render(),
+    )
+        .into_response()
 }

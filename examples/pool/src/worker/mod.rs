@@ -11,10 +11,12 @@
 //!
 //! Modules: [`state`] (admission, counters, pinned weights), [`weights`] (pin and
 //! digest), [`link`] (agent session and in-flight reporter), [`http`] (the API),
-//! [`shutdown`] (SIGTERM through hcomm's drain).
+//! [`metrics`] (load signals for autoscalers on `/metrics`), [`shutdown`] (SIGTERM through
+//! hcomm's drain).
 
 pub mod http;
 pub mod link;
+pub mod metrics;
 pub mod shutdown;
 pub mod state;
 pub mod weights;
@@ -129,6 +131,7 @@ pub async fn start(cfg: WorkerConfig) -> Result<Worker> {
         state: Arc::clone(&state),
         step: cfg.step,
         max_tokens: cfg.max_tokens,
+        metrics: metrics::WorkerMetrics::new(Arc::clone(&state)),
     });
     let (stop, mut stop_rx) = watch::channel(false);
     let server = tokio::spawn(async move {
