@@ -14,7 +14,9 @@
 //! Four words are not forbidden because they are also lifecycle phase names, so a literal
 //! alone cannot tell which one it spells: `Ready` (the kubelet's Pod condition, a member
 //! and a group phase), `Draining` (a member phase), `Degraded` (a group phase) and
-//! `Drained` (a phase of the agent's member task).
+//! `Drained` (a phase of the agent's member task). `RollingUpdate` (a group reason) is left
+//! alone too: it is also the update strategy type of Kubernetes' own DaemonSets and
+//! Deployments, which the chart tests read.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -26,6 +28,9 @@ use hcomm_crds::{GroupPhase, MemberPhase, rank_table};
 
 /// Names that are also phase names (see the module docs).
 const PHASE_WORDS: &[&str] = &["Ready", "Draining", "Degraded", "Drained"];
+
+/// Names that are also Kubernetes' own words (see the module docs).
+const KUBERNETES_WORDS: &[&str] = &["RollingUpdate"];
 
 /// Every name that must not appear as a literal outside `crds/`.
 fn forbidden() -> BTreeSet<&'static str> {
@@ -49,7 +54,7 @@ fn forbidden() -> BTreeSet<&'static str> {
         ascend::LABEL_TOPOTREE_SUPER_POD,
         secrets::SECRET_NAME_PREFIX,
     ]);
-    for word in PHASE_WORDS {
+    for word in PHASE_WORDS.iter().chain(KUBERNETES_WORDS) {
         names.remove(word);
     }
     names

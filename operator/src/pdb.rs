@@ -69,13 +69,13 @@ pub async fn ensure(client: &kube::Client, group: &HcommGroup) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use hcomm_crds::contract::LABEL_GROUP;
+    use kube::Resource;
 
     use super::*;
 
     fn group() -> HcommGroup {
         serde_json::from_value(serde_json::json!({
-            "apiVersion": "hcomm.io/v1alpha1",
-            "kind": "HcommGroup",
+            "apiVersion": HcommGroup::api_version(&()), "kind": HcommGroup::kind(&()),
             "metadata": {"name": "decode", "namespace": "pools", "uid": "u-1"},
             "spec": {"replicas": 2, "devicesPerMember": 1,
                      "template": {"spec": {"containers": [{"name": "w", "image": "w"}]}}}

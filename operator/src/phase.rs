@@ -51,7 +51,7 @@ pub struct ObservedMember {
     pub serving: bool,
     /// The weights digest it was created for (annotation `hcomm.io/weights-digest`).
     pub weights_digest: Option<String>,
-    /// The revision it was made from (label `hcomm.io/revision`; `crate::revision`).
+    /// The revision it was made from (label `hcomm.io/revision`; see the revision module).
     pub revision: Option<String>,
     /// Its node is lost to the data network (from the other members' link probes; set by
     /// the reconciler, not derived from the Pod).
@@ -180,7 +180,13 @@ pub fn observe(pod: &Pod, resource: &str) -> Option<ObservedMember> {
         drained: status_of(conditions, POD_DRAINED) == Some("True"),
         serving: status_of(conditions, POD_MEMBER_READY) == Some("True"),
         weights_digest: annotations.get(ANNOTATION_WEIGHTS_DIGEST).cloned(),
-        revision: crate::revision::of_pod(pod),
+        // Made from which revision (the revision module); `None` for a Pod made before
+        // revisions existed.
+        revision: pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(hcomm_crds::contract::LABEL_REVISION).cloned()),
         unreachable: false,
         deleting: meta.deletion_timestamp.is_some(),
         running,

@@ -7,6 +7,9 @@
 //! The operator never writes `nodeName` (the scheduler binds the Pod, counting the NPU
 //! resource, taints and quotas; `schedulerName` stays as the template has it, e.g.
 //! Volcano) nor `ASCEND_VISIBLE_DEVICES` (the device plugin sets it at allocation).
+//!
+//! Size: one pure function from (group, planned member) to a Pod, and its examples; every
+//! part it adds reads the same member and template, so splitting would pass them around.
 
 use std::collections::BTreeMap;
 

@@ -13,8 +13,6 @@
 use std::collections::BTreeMap;
 
 use hcomm_crds::HcommGroupSpec;
-use hcomm_crds::contract::LABEL_REVISION;
-use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
 use crate::phase::ObservedMember;
@@ -28,12 +26,6 @@ pub fn material(spec: &HcommGroupSpec) -> serde_json::Value {
 pub fn of(spec: &HcommGroupSpec) -> String {
     let bytes = serde_json::to_vec(&material(spec)).unwrap_or_default();
     format!("{:016x}", fnv1a64(&bytes))
-}
-
-/// The revision a member Pod was made from (its `hcomm.io/revision` label); `None` for a
-/// Pod made before revisions existed.
-pub fn of_pod(pod: &Pod) -> Option<String> {
-    pod.metadata.labels.as_ref()?.get(LABEL_REVISION).cloned()
 }
 
 /// FNV-1a, 64 bit: small, fast and stable (the hash must never change between operator

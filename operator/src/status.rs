@@ -6,6 +6,9 @@
 //! `Ready` / `Progressing` / `Degraded` conditions follow from the plan and what was observed;
 //! `LinksHealthy` (and a `LinkDown` / `LinkDegraded` cause of `Degraded`) from the
 //! [`LinkReport`] of the members' nodes.
+//!
+//! Size: one status builder whose conditions read each other (Ready, Progressing,
+//! Degraded, LinksHealthy, the rollout's counts), and their tests.
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,7 @@
 //! The member task against the in-memory fakes of its ports, tokio's clock paused: every
 //! lifecycle edge and failure, each in milliseconds of real time. One test per behaviour.
+//! Size: one test per lifecycle edge of one task, all on the same fakes; a split by edge
+//! would only scatter the scripts they share.
 
 use std::time::Duration;
 

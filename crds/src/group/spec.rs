@@ -4,6 +4,8 @@
 //! `kubectl explain hcommgroup.spec` shows: it is written for the people who run clusters.
 //! Bad input is refused by the API server itself, through the schema (types, enums, ranges)
 //! and CEL rules whose messages name the field and the rule.
+//! Size: mostly field documentation, which is the CRD's user manual; the top-level spec
+//! and its update strategy are kept beside each other because the CEL rules tie them.
 
 // kube's `printcolumn(...)` repeats `type_ = ...`; clippy mistakes that for a duplicate.
 #![allow(clippy::duplicated_attributes)]
