@@ -423,13 +423,25 @@ impl Run {
         }
         let mut serving = self.ports.worker.serving();
         let limit = self.cfg.worker_ready_timeout;
-        match tokio::time::timeout(limit, serving.wait_for(|s| *s)).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(_)) => Err("the member's local API slot went away".into()),
-            Err(_) => Err(format!(
-                "the worker did not report `serving` over the local API within {limit:?} \
-                 (Pod annotation hcomm.io/worker-readiness: local-api)"
-            )),
+        // A drain or deletion ends the wait: the member leaves (and frees its ports) now,
+        // not when the worker timeout passes, which may be after the Pod is gone.
+        let mut spec = self.spec_rx.clone();
+        let leaving = spec.wait_for(|s| {
+            s.as_ref()
+                .is_none_or(|s| s.deleting || s.drain_requested.is_some())
+        });
+        tokio::select! {
+            waited = tokio::time::timeout(limit, serving.wait_for(|s| *s)) => match waited {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(_)) => Err("the member's local API slot went away".into()),
+                Err(_) => Err(format!(
+                    "the worker did not report `serving` over the local API within {limit:?} \
+                     (Pod annotation hcomm.io/worker-readiness: local-api)"
+                )),
+            },
+            _ = leaving => Err(
+                "drained or deleted before its worker reported `serving` over the local API".into(),
+            ),
         }
     }
 

@@ -503,6 +503,26 @@ async fn a_deleted_pod_ends_a_serving_member_and_leaves_the_domain() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_member_waiting_for_its_worker_leaves_at_once_when_its_pod_is_deleted() {
+    let kit = Kit::new();
+    kit.pod
+        .send_modify(|p| p.as_mut().unwrap().await_worker = true);
+    let task = kit.start();
+    kit.until("joined the domain, waiting for the worker", |k| {
+        k.domain.with(|d| d.serving.is_some())
+    })
+    .await;
+    kit.delete_pod();
+    // Well before the worker timeout: the domain (and its ports) go with the member.
+    let phase = tokio::time::timeout(std::time::Duration::from_secs(5), task)
+        .await
+        .expect("the member ends without waiting for the worker timeout")
+        .unwrap();
+    assert_eq!(phase, Phase::Gone);
+    assert!(kit.domain.with(|d| d.leaves >= 1 && d.serving.is_none()));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_worker_that_never_reports_serving_fails_the_join_instead_of_opening_the_gate() {
     let kit = Kit::new();
     kit.pod

@@ -125,6 +125,7 @@ impl Kubelet {
             hosts,
             config,
             pods: HashMap::new(),
+            deferred: HashMap::new(),
             view: view.clone(),
         };
         let task = tokio::spawn(run(client, state, rx, stopped_rx));
@@ -199,6 +200,11 @@ struct State {
     config: KubeletConfig,
     /// Pod UID → what runs for it.
     pods: HashMap<String, Running>,
+    /// Pods bound here whose start failed for a passing reason (devices or the address
+    /// still held by a Pod that is stopping, an API error): tried again every tick, as a
+    /// kubelet's sync loop does, not only on the Pod's next event (which may never come:
+    /// its agent waits for the worker this would start).
+    deferred: HashMap<String, Pod>,
     view: Arc<Mutex<BTreeMap<String, ProcessInfo>>>,
 }
 
@@ -214,12 +220,16 @@ async fn run(
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
-            _ = tick.tick() => state.supervise(),
+            _ = tick.tick() => {
+                state.supervise();
+                state.retry_deferred().await;
+            }
             Some(uid) = stopped.recv() => state.finish_termination(&uid),
             event = events.next() => match event {
                 Some(Ok(Event::Apply(pod) | Event::InitApply(pod))) => state.observe(&pod).await,
                 Some(Ok(Event::Delete(pod))) => {
                     if let Some(uid) = pod.metadata.uid.as_deref() {
+                        state.deferred.remove(uid);
                         state.begin_termination(uid, true);
                     }
                 }
@@ -253,10 +263,23 @@ async fn run(
 }
 
 impl State {
+    /// Tries the deferred starts again (see [`State::deferred`]).
+    async fn retry_deferred(&mut self) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let pods: Vec<Pod> = self.deferred.drain().map(|(_, p)| p).collect();
+        for pod in pods {
+            self.observe(&pod).await;
+        }
+    }
+
     async fn observe(&mut self, pod: &Pod) {
         let Some(uid) = pod.metadata.uid.clone() else {
             return;
         };
+        // The newest copy replaces a deferred one; kept again below if it cannot start.
+        self.deferred.remove(&uid);
         let finished = matches!(
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded" | "Failed")
@@ -276,6 +299,7 @@ impl State {
             return;
         };
         let Ok(allocation) = self.admit(pod, &uid, &node_name, &node).await else {
+            self.deferred.insert(uid, pod.clone());
             return;
         };
         let Some(ip) = pod
@@ -284,6 +308,7 @@ impl State {
             .and_then(|s| s.pod_ip.as_deref())
             .and_then(|ip| ip.parse::<Ipv4Addr>().ok())
         else {
+            self.deferred.insert(uid, pod.clone());
             return;
         };
         if let Some(image) = unpullable_image(pod) {
@@ -306,11 +331,13 @@ impl State {
             pod.metadata.name.as_deref().unwrap_or("?")
         );
         if let Err(e) = hold_object(&self.client, pod).await {
-            tracing::warn!(pod = %key, error = %e, "kubelet: cannot hold the Pod object while it runs; not starting");
+            tracing::warn!(pod = %key, error = %e, "kubelet: cannot hold the Pod object while it runs; not starting yet");
+            self.deferred.insert(uid, pod.clone());
             return;
         }
         if let Err(e) = self.hosts.add_pod_address(node.host, ip) {
-            tracing::warn!(pod = %key, %ip, error = %e, "kubelet: cannot give the pod its address");
+            tracing::warn!(pod = %key, %ip, error = %e, "kubelet: cannot give the pod its address yet");
+            self.deferred.insert(uid, pod.clone());
             return;
         }
         let grace = pod

@@ -146,6 +146,16 @@ impl Testbed {
         };
         let hosts = Arc::new(hosts);
         let dir = std::env::temp_dir().join(format!("hcomm-testbed-{}", std::process::id()));
+        // A testbed started again in the same process (the pools suite does after a failed
+        // scenario) would wipe the failed one's logs: kept aside when asked to keep state.
+        if std::env::var_os(crate::controlplane::KEEP_STATE_ENV).is_some() && dir.exists() {
+            let aside = (1..)
+                .map(|n| dir.with_extension(n.to_string()))
+                .find(|d| !d.exists())
+                .expect("a free name");
+            let _ = std::fs::rename(&dir, &aside);
+            eprintln!("the previous testbed's state: {}", aside.display());
+        }
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("logs")).map_err(Error::io("create testbed dir"))?;
         // RBAC, namespace and the agents' Secret come from the chart. Its workloads are

@@ -96,40 +96,65 @@ pub async fn kubectl_drain_moves_a_decode_member_through_hcomms_drain(
     uncordoned.context("kubectl uncordon")?;
     eprintln!("{drained}");
 
+    // The scheduler may have put both decode members on this node: each one it held is
+    // moved, one at a time.
+    let victims: Vec<&MemberPod> = decode.iter().filter(|m| m.node == node).collect();
     let after = bed.wait_pool_ready(NS, "decode", 2, POOL_WAIT).await?;
     ensure!(
-        !after.iter().any(|m| m.uid == victim.uid),
-        "the drained node's member is still there: {after:?}"
+        !after.iter().any(|m| victims.iter().any(|v| v.uid == m.uid)),
+        "a member of the drained node is still there: {after:?}"
     );
-    let replacement: Vec<&MemberPod> = after
+    let replacements: Vec<&MemberPod> = after
         .iter()
         .filter(|m| !decode.iter().any(|d| d.uid == m.uid))
         .collect();
     ensure!(
-        replacement.len() == 1 && replacement[0].node != node,
-        "one replacement, on another node than {node}: {after:?}"
+        replacements.len() == victims.len() && replacements.iter().all(|r| r.node != node),
+        "one replacement per member of {node} ({}), each on another node: {after:?}",
+        victims.len()
     );
-    // Make before break: the replacement served before the member was asked to drain.
+    // Make before break: the k-th member to leave left only after the k-th replacement
+    // served, so decode never served with fewer than its replicas.
     let timeline = &pools.timeline;
-    let old = timeline.member(&victim.name).context("victim marks")?;
-    let new = timeline
-        .member(&replacement[0].name)
-        .context("replacement marks")?;
-    // The member stops taking traffic at its drain request, or, when `kubectl drain`'s
-    // retry evicted it first (the budget allows that once the replacement is Ready), when
-    // its SIGTERM drain ends.
-    let left = old.drain_requested.or(old.deleted);
+    let marks = |pod: &MemberPod| {
+        timeline
+            .member(&pod.name)
+            .with_context(|| format!("{}: no timeline marks", pod.name))
+    };
+    let mut left = Vec::new();
+    for victim in &victims {
+        let old = marks(victim)?;
+        // The member stops taking traffic at its drain request, or, when `kubectl
+        // drain`'s retry evicted it first (the budget allows that once the replacement is
+        // Ready), when its SIGTERM drain ends.
+        let at = old
+            .drain_requested
+            .or(old.deleted)
+            .with_context(|| format!("{}: never left ({old:?})", victim.name))?;
+        // `Drained`: nothing was in flight when it left. A drain that ended in its SIGTERM
+        // (evicted once no longer Ready) may leave no condition: the Pod goes with its
+        // worker.
+        ensure!(
+            matches!(old.drained_reason.as_deref(), None | Some("Drained")),
+            "{}: drained as {:?} ({old:?})",
+            victim.name,
+            old.drained_reason
+        );
+        left.push(at);
+    }
+    let mut ready = Vec::new();
+    for replacement in &replacements {
+        let new = marks(replacement)?;
+        ready.push(
+            new.ready
+                .with_context(|| format!("{}: never Ready ({new:?})", replacement.name))?,
+        );
+    }
+    left.sort();
+    ready.sort();
     ensure!(
-        left.is_some() && new.ready.is_some() && new.ready <= left,
-        "the replacement must be Ready before the member drains: member {old:?}, replacement {new:?}"
-    );
-    // `Drained`: nothing was in flight when it left. A drain that ended in its SIGTERM
-    // (evicted once no longer Ready) may leave no condition: the Pod goes with its worker.
-    ensure!(
-        matches!(old.drained_reason.as_deref(), None | Some("Drained")),
-        "{}: drained as {:?} ({old:?})",
-        victim.name,
-        old.drained_reason
+        ready.iter().zip(&left).all(|(r, l)| r <= l),
+        "each replacement must be Ready before a member drains: left at {left:?}, replacements Ready at {ready:?}"
     );
     // The prefill member the node held (if any) was moved the same way.
     bed.wait_pool_ready(NS, "prefill", 2, POOL_WAIT).await?;
