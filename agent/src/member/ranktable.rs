@@ -19,22 +19,32 @@ pub use hcomm_crds::rank_table::{
     KEY_EPOCH, KEY_RANK_TABLE, RankTable, ServerView, ValidateOptions,
 };
 
-/// Parses a published table and checks it against the TCP rule set plus dense ranks
-/// `0..n-1`, which the agent has always required (HCCL itself applies its full set when it
-/// loads the file). An
+/// Parses a published table and checks it against the TCP rule set (HCCL applies its
+/// full set, dense ranks included, when it loads the file; the operator checks an hccl
+/// group's table against it before publishing). Rank ids may have holes: a member that
+/// joined beside the one it replaces (a rolling update, a node drain) keeps its ranks
+/// after the old one leaves; the control domain numbers the ranks densely ([`plan`]). An
 /// empty table is what the operator publishes for a group without members (scaled to zero
 /// or being deleted); it parses, and no member finds itself in it.
 pub fn parse(json: &str) -> Result<RankTable, String> {
     let table = RankTable::parse(json).map_err(|e| e.to_string())?;
     if table.world() > 0 {
-        let options = ValidateOptions {
-            dense_ranks: true,
-            ..ValidateOptions::TCP
-        };
-        hcomm_crds::rank_table::validate(&table, options)
+        hcomm_crds::rank_table::validate(&table, ValidateOptions::TCP)
             .map_err(|e| format!("invalid rank table: {e}"))?;
     }
     Ok(table)
+}
+
+/// The table's rank ids in order: a rank's position here is its rank in the control
+/// domain (`0..world`), whatever holes the ids have.
+fn rank_ids(table: &RankTable) -> Vec<u32> {
+    let mut ids: Vec<u32> = table
+        .servers()
+        .iter()
+        .flat_map(|s| s.devices.iter().map(|d| d.rank_id))
+        .collect();
+    ids.sort_unstable();
+    ids
 }
 
 /// The server of this node: by name, else by data address.
@@ -71,7 +81,7 @@ pub fn member_ranks(server: &ServerView<'_>, devices: &[i32]) -> Vec<(u32, i32)>
 pub struct ControlPlan {
     pub rank: usize,
     pub world: usize,
-    /// The rendezvous root: rank 0's endpoint.
+    /// The rendezvous root: the endpoint of the table's lowest rank (rank 0 of the domain).
     pub root: SocketAddr,
     /// The port this member's endpoint listens on.
     pub own_port: u16,
@@ -96,7 +106,14 @@ pub fn plan(
     let first = mine
         .first()
         .ok_or_else(|| format!("no rank of node {node} uses devices {devices:?}"))?;
-    let (root_server, root_dev) = table.rank(0).ok_or("the rank table has no rank 0")?;
+    let ids = rank_ids(table);
+    let lowest = *ids.first().ok_or("the rank table has no ranks")?;
+    let position = ids
+        .binary_search(&first.0)
+        .map_err(|_| format!("rank {} is not in the table", first.0))?;
+    let (root_server, root_dev) = table
+        .rank(lowest)
+        .ok_or_else(|| format!("the rank table has no rank {lowest}"))?;
     let root_ip: IpAddr = root_server.host_address().parse().map_err(|_| {
         format!(
             "rank 0's host_ip {:?} is not an IP address",
@@ -115,8 +132,8 @@ pub fn plan(
         .collect();
     peers.dedup();
     Ok(ControlPlan {
-        rank: first.0 as usize / dpm,
-        world: table.world() / dpm,
+        rank: position / dpm,
+        world: ids.len() / dpm,
         root: SocketAddr::new(root_ip, port(i64::from(root_dev.device_id))?),
         own_port: port(i64::from(min_dev))?,
         devices_in_rank_order: mine.iter().map(|(_, d)| *d).collect(),
@@ -261,12 +278,35 @@ mod tests {
     }
 
     #[test]
-    fn gaps_or_repeated_ranks_are_refused() {
+    fn repeated_ranks_are_refused() {
         let bad = r#"{"version":"1.0","server_count":"1","status":"completed","server_list":[
             {"server_id":"a","host_ip":"1.1.1.1","device":[
-            {"device_id":"0","rank_id":"0"},{"device_id":"1","rank_id":"2"}]}]}"#;
-        assert!(parse(bad).unwrap_err().contains("out of range"));
+            {"device_id":"0","rank_id":"1"},{"device_id":"1","rank_id":"1"}]}]}"#;
+        assert!(
+            parse(bad).unwrap_err().contains("rank 1"),
+            "{:?}",
+            parse(bad)
+        );
         assert!(parse("{").is_err());
+    }
+
+    /// Members 0 and 1 replaced beside members 2 and 3 (a node drain, a rolling update)
+    /// and gone: the table's ids are 4..8, the domain's ranks 0..2, rooted at the lowest.
+    #[test]
+    fn rank_ids_with_holes_are_numbered_densely_in_the_control_domain() {
+        let t = parse(
+            r#"{"version":"1.0","server_count":"2","status":"completed","server_list":[
+            {"server_id":"host-2","host_ip":"198.18.0.12","device":[
+              {"device_id":"0","rank_id":"4"},{"device_id":"1","rank_id":"5"}]},
+            {"server_id":"host-3","host_ip":"198.18.0.13","device":[
+              {"device_id":"0","rank_id":"6"},{"device_id":"1","rank_id":"7"}]}]}"#,
+        )
+        .unwrap();
+        let first = plan(&t, "host-2", None, &[0, 1], 29600).unwrap();
+        let second = plan(&t, "host-3", None, &[0, 1], 29600).unwrap();
+        assert_eq!((first.rank, first.world), (0, 2));
+        assert_eq!((second.rank, second.world), (1, 2));
+        assert_eq!(second.root, "198.18.0.12:29600".parse().unwrap());
     }
 
     #[test]

@@ -140,7 +140,9 @@ impl Run {
         let local = plan.devices_in_rank_order.len().max(1) as u32;
         self.ports.worker.assign(Assignment {
             group: self.spec.group.clone(),
-            rank: self.spec.first_rank.unwrap_or((plan.rank as u32) * local),
+            // The domain's dense numbering (the table's ids may have holes, see
+            // `ranktable::plan`), not the Pod's rank label.
+            rank: (plan.rank as u32) * local,
             world,
             local_ranks: local,
             rank_table_path: self.spec.rank_table_file.clone(),
