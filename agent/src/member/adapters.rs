@@ -30,7 +30,7 @@ use super::state::CondUpdate;
 use super::verify::{Verified, verify};
 use super::versions_check::{NodeVersions, member_nodes, node_versions};
 use crate::config::Context;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::group_secrets::SecretLookup;
 use crate::local_api::{Assignment, Notice};
 use crate::nic::verify::Verdict;
@@ -128,46 +128,102 @@ impl KubeCluster {
     }
 }
 
+/// The deadline of each API call a member task makes. A request on a connection that died
+/// silently (the node cut off from the API server) would otherwise wait for kube's read
+/// timeout (295 s), and the member task with it, blind meanwhile to its own deletion and
+/// holding its communicator's ports after its Pod is gone.
+const API_DEADLINE: Duration = Duration::from_secs(10);
+
+/// `call` within [`API_DEADLINE`].
+async fn bounded<T>(what: &str, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    tokio::time::timeout(API_DEADLINE, call)
+        .await
+        .map_err(|_| Error::Timeout {
+            what: what.to_owned(),
+            after: API_DEADLINE,
+        })?
+}
+
 impl Cluster for KubeCluster {
     fn group(&self) -> BoxFuture<'_, Result<GroupView>> {
-        fetch_group(&self.ctx.client, &self.namespace, &self.group).boxed()
+        bounded(
+            "read the group",
+            fetch_group(&self.ctx.client, &self.namespace, &self.group),
+        )
+        .boxed()
     }
 
     fn rank_table(&self) -> BoxFuture<'_, Result<(RankTable, u64)>> {
         async move {
             let name = hcomm_crds::rank_table::config_map_name(&self.group);
-            fetch_rank_table(&self.ctx.client, &self.namespace, &name).await
+            bounded(
+                "read the rank table",
+                fetch_rank_table(&self.ctx.client, &self.namespace, &name),
+            )
+            .await
         }
         .boxed()
     }
 
     fn arriving_peers(&self) -> BoxFuture<'_, Result<Vec<String>>> {
         async move {
-            let pods = fetch_member_pods(&self.ctx.client, &self.namespace, &self.group).await?;
+            let pods = bounded(
+                "list the group's members",
+                fetch_member_pods(&self.ctx.client, &self.namespace, &self.group),
+            )
+            .await?;
             Ok(still_arriving(&pods, &self.pod))
         }
         .boxed()
     }
 
     fn write_conditions(&self, updates: Vec<CondUpdate>) -> BoxFuture<'_, ()> {
-        self.write(updates).boxed()
+        async move {
+            if tokio::time::timeout(API_DEADLINE, self.write(updates))
+                .await
+                .is_err()
+            {
+                tracing::warn!(after = ?API_DEADLINE, "writing pod conditions timed out");
+            }
+        }
+        .boxed()
     }
 
     fn event(&self, warning: bool, reason: PodReason, message: String) -> BoxFuture<'_, ()> {
-        self.publish(warning, reason, message).boxed()
+        async move {
+            if tokio::time::timeout(API_DEADLINE, self.publish(warning, reason, message))
+                .await
+                .is_err()
+            {
+                tracing::warn!(after = ?API_DEADLINE, "publishing an Event timed out");
+            }
+        }
+        .boxed()
     }
 
     fn group_node_versions(&self) -> BoxFuture<'_, Result<Vec<NodeVersions>>> {
         async move {
-            let pods = fetch_member_pods(&self.ctx.client, &self.namespace, &self.group).await?;
+            let pods = bounded(
+                "list the group's members",
+                fetch_member_pods(&self.ctx.client, &self.namespace, &self.group),
+            )
+            .await?;
             let nodes = member_nodes(&pods, &self.ctx.cfg.node_name);
-            node_versions(&self.ctx.client, nodes).await
+            bounded(
+                "read the members' node versions",
+                node_versions(&self.ctx.client, nodes),
+            )
+            .await
         }
         .boxed()
     }
 
     fn member_addresses(&self) -> BoxFuture<'_, Result<super::ranktable_members::MemberAddresses>> {
-        super::ranktable_members::fetch(&self.ctx.client, &self.namespace, &self.group).boxed()
+        bounded(
+            "read the members' node addresses",
+            super::ranktable_members::fetch(&self.ctx.client, &self.namespace, &self.group),
+        )
+        .boxed()
     }
 
     fn unreachable_peers(&self) -> Vec<String> {

@@ -61,8 +61,6 @@ fn main() {
         scaling::both_example_pools_come_up_with_rank_tables_and_topology,
         scaling::scale_out_under_load_fails_no_request,
         scaling::drain_under_load,
-        disruption::kubectl_drain_moves_a_decode_member_through_hcomms_drain,
-        disruption::a_member_pod_deleted_directly_drains_on_sigterm_and_is_replaced,
         saturation::a_stranger_saturating_a_nodes_ports_marks_nothing_down_and_evicts_nobody,
         local_api_attack::a_worker_calling_another_pods_local_api_is_refused_and_the_victim_keeps_serving,
         faults::a_weight_source_killed_mid_sync_is_replaced_by_the_other,
@@ -73,6 +71,10 @@ fn main() {
         resources::thirty_scale_cycles_leave_nothing_behind,
         rollout::a_new_weights_version_rolls_member_by_member_and_old_versions_go,
         rollout_template::a_template_change_rolls_member_by_member_and_a_bad_revision_is_stopped_and_rolled_back,
+        // After the scenarios that need decode packed on few hosts (the weight source's
+        // joiner needs an empty one): moving members off a drained node spreads them.
+        disruption::kubectl_drain_moves_a_decode_member_through_hcomms_drain,
+        disruption::a_member_pod_deleted_directly_drains_on_sigterm_and_is_replaced,
         faults::a_cut_off_host_is_replaced_and_used_again_once_restored,
         npu_faults::a_joiner_whose_npu_has_no_address_in_hccn_conf_is_refused,
         npu_faults::a_joiner_whose_node_has_two_npus_with_one_address_is_refused,
