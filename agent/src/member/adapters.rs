@@ -3,6 +3,9 @@
 //! ([`EngineDomain`], which also runs the domain's health loop while joined), the local
 //! API hub ([`HubWorker`]) and the system clock ([`SystemClock`]). Each wraps the code
 //! that did this I/O inside the member task before the ports existed.
+//!
+//! Size: one short adapter per port, side by side so the ports' production meaning reads in
+//! one place; each is a thin wrapper, and splitting them would scatter one table.
 
 use std::sync::Arc;
 use std::time::Duration;
