@@ -281,6 +281,22 @@ fn a_wrong_server_count_is_refused() {
 }
 
 #[test]
+fn two_servers_with_one_server_id_are_refused_in_both_versions() {
+    let mut t = v1_table(2, 1, 1, false);
+    t.server_list[1].server_id = t.server_list[0].server_id.clone();
+    assert_eq!(
+        refused(t.clone()),
+        ValidateError::DuplicateServerId {
+            server_id: "10.0.0.0".into()
+        }
+    );
+    assert!(matches!(
+        refused(v12_table(&t, 2)),
+        ValidateError::DuplicateServerId { .. }
+    ));
+}
+
+#[test]
 fn a_device_listed_twice_on_a_server_is_refused() {
     let mut t = v1_table(1, 2, 1, true);
     t.server_list[0].device[1].device_id = 0;

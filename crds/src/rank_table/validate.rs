@@ -87,6 +87,10 @@ pub enum ValidateError {
     /// `server_count` is not the length of `server_list`.
     #[error("server_count is {declared} but server_list has {actual} servers")]
     ServerCountMismatch { declared: u32, actual: usize },
+    /// Two servers of `server_list` share a `server_id` (HCCL keys servers by it; the
+    /// agent finds its own server by it).
+    #[error("server_id {server_id} is listed more than once in server_list")]
+    DuplicateServerId { server_id: String },
     /// A server lists one device twice.
     #[error("server {server_id} lists device {device_id} more than once")]
     DuplicateDeviceId { server_id: String, device_id: u32 },
@@ -131,6 +135,7 @@ pub fn validate(table: &RankTable, options: ValidateOptions) -> Result<(), Valid
     let servers = table.servers();
     ranks(&servers, options)?;
     server_count(table, servers.len())?;
+    server_ids(&servers)?;
     device_ids(&servers)?;
     device_ips(&servers, options)?;
     if let RankTable::V12(t) = table {
@@ -197,6 +202,18 @@ fn server_count(table: &RankTable, actual: usize) -> Result<(), ValidateError> {
         }
         _ => Ok(()),
     }
+}
+
+fn server_ids(servers: &[ServerView<'_>]) -> Result<(), ValidateError> {
+    let mut seen = BTreeSet::new();
+    for server in servers {
+        if !seen.insert(server.server_id) {
+            return Err(ValidateError::DuplicateServerId {
+                server_id: server.server_id.to_owned(),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn device_ids(servers: &[ServerView<'_>]) -> Result<(), ValidateError> {
