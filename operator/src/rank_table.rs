@@ -350,7 +350,8 @@ mod tests {
             allocation: Some(DeviceAllocation {
                 pod_name: format!("g-{index}-e1"),
                 server_id: "uid".into(),
-                host_ip: format!("10.9.0.{}", node.len()),
+                // One address per node, as the plugin reports each node's own.
+                host_ip: format!("10.9.0.{}", node.bytes().map(u32::from).sum::<u32>() % 250),
                 super_pod_id: None,
                 devices: devices
                     .iter()
@@ -459,7 +460,7 @@ mod tests {
                 .all(|d| d.device_ip.is_none())
         );
         assert_eq!(
-            table.server_list[0].server_id, "10.9.0.2",
+            table.server_list[0].server_id, "10.9.0.159",
             "the plugin's host IP"
         );
         assert!(checked(&members, 2, &[], Backend::Tcp).is_ok());
