@@ -12,25 +12,12 @@ use crate::planner::{Desired, NodeInventory, PlanInput, Recorded};
 fn member(name: &str, index: i32, node: &str, phase: MemberPhase) -> ObservedMember {
     ObservedMember {
         name: name.into(),
-        index,
-        epoch: 1,
         node: Some(node.into()),
         devices: vec![0],
-        allocation: None,
-        unschedulable: None,
-        blocked: None,
         phase,
-        failed: false,
-        message: None,
-        drain_requested_at: None,
-        drained: false,
         serving: phase == MemberPhase::Ready,
-        weights_digest: None,
-        unreachable: false,
-        deleting: false,
-        running: true,
         created_at: None,
-        revision: None,
+        ..ObservedMember::ready_for_test(index)
     }
 }
 

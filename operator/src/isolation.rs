@@ -84,24 +84,10 @@ mod tests {
         ObservedMember {
             name: name.into(),
             index: 0,
-            epoch: 1,
             node: Some(node.into()),
-            devices: vec![],
-            allocation: None,
-            unschedulable: None,
-            blocked: None,
             phase,
-            failed: false,
-            message: None,
-            drain_requested_at: None,
-            drained: false,
-            serving: true,
-            weights_digest: None,
-            revision: None,
-            unreachable: false,
-            deleting: false,
-            running: true,
             created_at: at(created),
+            ..ObservedMember::ready_for_test(0)
         }
     }
 

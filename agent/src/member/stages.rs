@@ -28,6 +28,12 @@ pub fn lost_peers(peers: &[(String, String)], unreachable: &[String]) -> Vec<Str
         .collect()
 }
 
+/// Whether a member with this Pod spec is leaving: drained, being deleted, or gone.
+fn spec_leaving(spec: &Option<super::spec::MemberSpec>) -> bool {
+    spec.as_ref()
+        .is_none_or(|s| s.deleting || s.drain_requested.is_some())
+}
+
 /// How long a join keeps waiting for members still verifying or syncing weights (see
 /// [`Run::join_when_all_arrive`]); a sync of a large model over a slow link takes minutes.
 const ARRIVAL_WAIT: Duration = Duration::from_secs(30 * 60);
@@ -409,10 +415,7 @@ impl Run {
 
     /// Whether this member's Pod is being drained or deleted (or is gone).
     fn leaving(&self) -> bool {
-        self.spec_rx
-            .borrow()
-            .as_ref()
-            .is_none_or(|s| s.deleting || s.drain_requested.is_some())
+        spec_leaving(&self.spec_rx.borrow())
     }
 
     /// With `hcomm.io/worker-readiness: local-api`, waits until the worker reports that it
@@ -428,10 +431,7 @@ impl Run {
         // A drain or deletion ends the wait: the member leaves (and frees its ports) now,
         // not when the worker timeout passes, which may be after the Pod is gone.
         let mut spec = self.spec_rx.clone();
-        let leaving = spec.wait_for(|s| {
-            s.as_ref()
-                .is_none_or(|s| s.deleting || s.drain_requested.is_some())
-        });
+        let leaving = spec.wait_for(spec_leaving);
         tokio::select! {
             waited = tokio::time::timeout(limit, serving.wait_for(|s| *s)) => match waited {
                 Ok(Ok(_)) => Ok(()),
