@@ -99,7 +99,11 @@ async fn when_a_peer_dies_mid_all_reduce_every_other_rank_fails_fast_naming_it()
     let victim_addr = comms[2].endpoint().listen_addr().to_string();
     let mut comms: Vec<Option<Arc<TcpComm>>> = comms.into_iter().map(Some).collect();
     let victim = comms[2].take().unwrap();
-    // The victim starts the all-reduce, then its task is aborted (as if the process died).
+    // The victim starts the all-reduce alone, so it cannot finish it (its ring neighbours are
+    // not in the operation yet) and is certainly mid-operation, then its task is aborted (as
+    // if the process died). Awaiting the aborted task proves its future is dropped before any
+    // survivor starts: aborting while survivors ran raced with the victim finishing the
+    // all-reduce on a fast machine.
     let vt = tokio::spawn(async move {
         let mut buf = vec![0u8; 4 << 20];
         let _ = victim
@@ -107,6 +111,9 @@ async fn when_a_peer_dies_mid_all_reduce_every_other_rank_fails_fast_naming_it()
             .await;
         tokio::time::sleep(Duration::from_secs(60)).await;
     });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    vt.abort();
+    assert!(vt.await.unwrap_err().is_cancelled());
     let started = Instant::now();
     // Survivors keep their communicators (and endpoints) alive, as an agent would.
     let others: Vec<_> = comms
@@ -120,8 +127,6 @@ async fn when_a_peer_dies_mid_all_reduce_every_other_rank_fails_fast_naming_it()
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(30)).await;
-    vt.abort();
     let mut results = Vec::new();
     for t in others {
         results.push(tokio::time::timeout(SCENARIO, t).await.unwrap().unwrap());
