@@ -11,10 +11,10 @@
 //! `"JoinFailed"`. Sentences for people that mention a name (`"hcomm.io/joined=False
 //! (JoinFailed): …"`) are messages, not names, and are left alone.
 //!
-//! Four words are not forbidden because they are also lifecycle phase names, so a literal
+//! Five words are not forbidden because they are also lifecycle phase names, so a literal
 //! alone cannot tell which one it spells: `Ready` (the kubelet's Pod condition, a member
-//! and a group phase), `Draining` (a member phase), `Degraded` (a group phase) and
-//! `Drained` (a phase of the agent's member task). `RollingUpdate` (a group reason) is left
+//! and a group phase), `Draining` and `Standby` (member phases), `Degraded` (a group
+//! phase) and `Drained` (a phase of the agent's member task). `RollingUpdate` (a group reason) is left
 //! alone too: it is also the update strategy type of Kubernetes' own DaemonSets and
 //! Deployments, which the chart tests read.
 
@@ -27,7 +27,7 @@ use hcomm_crds::contract::{
 use hcomm_crds::{GroupPhase, MemberPhase, rank_table};
 
 /// Names that are also phase names (see the module docs).
-const PHASE_WORDS: &[&str] = &["Ready", "Draining", "Degraded", "Drained"];
+const PHASE_WORDS: &[&str] = &["Ready", "Draining", "Standby", "Degraded", "Drained"];
 
 /// Names that are also Kubernetes' own words (see the module docs).
 const KUBERNETES_WORDS: &[&str] = &["RollingUpdate"];
@@ -156,13 +156,14 @@ fn the_words_left_out_really_are_phase_names() {
     let phases = [
         phase(serde_json::to_value(MemberPhase::Ready).unwrap()),
         phase(serde_json::to_value(MemberPhase::Draining).unwrap()),
+        phase(serde_json::to_value(MemberPhase::Standby).unwrap()),
         phase(serde_json::to_value(GroupPhase::Degraded).unwrap()),
     ];
     for (word, phase) in PHASE_WORDS.iter().zip(&phases) {
         assert_eq!(Some(*word), phase.as_deref());
     }
     // `Drained` is the agent task's final phase (agent/src/member/state.rs), not a crds
-    // type; it is the fourth word.
+    // type; it is the fifth word.
     assert_eq!(PHASE_WORDS.len(), phases.len() + 1);
 }
 

@@ -178,6 +178,16 @@ fn bad_cases() -> Vec<BadCase> {
             ],
         },
         BadCase {
+            name: "negative-standby",
+            mutate: |v| v["spec"]["scaling"]["standby"] = json!(-1),
+            expected: &["spec.scaling.standby", "greater than or equal to 0"],
+        },
+        BadCase {
+            name: "standby-over-64",
+            mutate: |v| v["spec"]["scaling"]["standby"] = json!(65),
+            expected: &["spec.scaling.standby", "less than or equal to 64"],
+        },
+        BadCase {
             name: "digest-without-prefix",
             mutate: |v| v["spec"]["weights"]["digest"] = json!("0".repeat(64)),
             expected: &[
@@ -306,7 +316,10 @@ async fn the_api_server_enforces_the_hcomm_api() -> Result<()> {
     // `kubectl get hcg` shows the printer columns, and the short name works.
     let table = stdout_of(&cp, &["get", "hcg", "-n", "default"])?;
     let header = table.lines().next().unwrap_or_default();
-    for column in ["NAME", "ROLE", "DESIRED", "READY", "EPOCH", "PHASE", "AGE"] {
+    for column in [
+        "NAME", "ROLE", "DESIRED", "READY", "STANDBY", "EPOCH", "REVISION", "UPDATED", "PHASE",
+        "AGE",
+    ] {
         assert!(
             header.contains(column),
             "column {column} missing from `kubectl get hcg`:\n{table}"
@@ -324,6 +337,7 @@ async fn the_api_server_enforces_the_hcomm_api() -> Result<()> {
         serde_json::from_str(&stdout_of(&cp, &["get", "hcg", "prefill", "-o", "json"])?)?;
     assert_eq!(stored["spec"]["scaling"]["strategy"], "Incremental");
     assert_eq!(stored["spec"]["scaling"]["maxUnavailable"], 1);
+    assert_eq!(stored["spec"]["scaling"]["standby"], 0);
     assert_eq!(stored["spec"]["comm"]["opTimeoutSeconds"], 120);
     assert_eq!(stored["spec"]["comm"]["execTimeoutSeconds"], 1836);
     assert_eq!(stored["spec"]["comm"]["bufferSizeMb"], 200);

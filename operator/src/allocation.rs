@@ -140,6 +140,7 @@ mod tests {
             drain_requested_at: None,
             drained: false,
             serving: false,
+            standby: false,
             weights_digest: None,
             revision: None,
             unreachable: false,

@@ -1,6 +1,8 @@
 //! Apply (the fourth step of the pipeline): carry a [`Plan`] out, in an order that keeps a
 //! crash at any point recoverable from what is stored (see `planner::epoch`):
-//! 1. remember failed nodes on the group (annotation `hcomm.io/avoid-nodes`);
+//! 1. remember failed nodes on the group (annotation `hcomm.io/avoid-nodes`), and promote
+//!    or demote warm standby members (label `hcomm.io/standby`, merge patch) first of all:
+//!    a promotion is the whole of a scale-out served from the standby;
 //! 2. check the planned table's layout against the backend's rank rules, and only then
 //!    create joiner Pods (server-side apply, field manager `hcomm-operator`): a plan HCCL
 //!    would refuse creates no Pod;
@@ -14,7 +16,8 @@ use std::collections::BTreeMap;
 
 use hcomm_crds::HcommGroup;
 use hcomm_crds::contract::{
-    ANNOTATION_DRAIN_REQUESTED, LABEL_GROUP, LABEL_MANAGED_BY, MANAGER_NAME,
+    ANNOTATION_DRAIN_REQUESTED, LABEL_GROUP, LABEL_MANAGED_BY, LABEL_STANDBY, MANAGER_NAME,
+    STANDBY_TRUE,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -40,6 +43,8 @@ pub struct Outcome {
     pub created: Vec<String>,
     /// Members newly asked to drain.
     pub drain_requested: Vec<String>,
+    /// Members promoted from standby (`false`) or moved back to it (`true`).
+    pub relabelled: Vec<(String, bool)>,
     /// Member Pods deleted, with why.
     pub deleted: Vec<Removal>,
     /// The rank table was (re)written.
@@ -61,6 +66,21 @@ pub async fn apply(
     let mut outcome = Outcome::default();
 
     remember_failed_nodes(ctx, group, plan).await?;
+
+    for (member, standby) in &plan.relabel {
+        let value = standby.then_some(STANDBY_TRUE);
+        let patch = serde_json::json!({ "metadata": { "labels": { LABEL_STANDBY: value } } });
+        let action = if *standby {
+            "move to standby"
+        } else {
+            "promote from standby"
+        };
+        pods.patch(member, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::kube(format!("{action} {namespace}/{member}")))?;
+        info!(%member, standby, "{action}");
+        outcome.relabelled.push((member.clone(), *standby));
+    }
 
     let world = plan.world_size(group.spec.devices_per_member);
     let params = PatchParams::apply(FIELD_MANAGER).force();

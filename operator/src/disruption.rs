@@ -9,8 +9,9 @@
 //! 0, room elsewhere): the replacement is created on another node and joins first; only
 //! once it is Ready is the old member asked to drain (gate off → in-flight 0 → leave the
 //! epoch), and it is deleted when drained, after which the drain's next eviction retry
-//! finds nothing left. Without a surge (no room, `Rebuild`, or a budget of 0) members go
-//! `maxUnavailable` at a time and are replaced afterwards.
+//! finds nothing left. Without a surge (no room, `Rebuild`, `backend: hccl` whose rank ids
+//! must stay `0..n-1`, or a budget of 0) members go `maxUnavailable` at a time and are
+//! replaced afterwards, each replacement taking the freed index.
 //!
 //! Data flow: `observe` → [`cordoned`] nodes → [`plan`] (wraps `planner::plan`: the
 //! decision is folded into the planner's input and output, the planner itself knows
@@ -158,6 +159,11 @@ pub fn plan(input: &PlanInput, cordoned: &BTreeSet<String>, budget: Budget) -> P
         return planner::plan(input);
     }
     let budget = match input.desired.strategy {
+        // Dense ranks (`backend: hccl`, ids exactly `0..n-1`): a replacement made first
+        // would take a new index and leave a hole once the old member goes, a table HCCL
+        // refuses (and the operator would never publish). Move in place, like an hccl
+        // rollout: the member drains, its replacement takes the freed index.
+        _ if input.desired.rollout.dense_ranks => Budget { surge: 0, ..budget },
         ScalingStrategy::Incremental if !input.desired.deleting => budget,
         // Rebuild tears every member down on any change: a surge would rebuild the
         // whole group; a deleted group drains everything anyway.

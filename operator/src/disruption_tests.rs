@@ -145,6 +145,7 @@ fn input(members: Vec<ObservedMember>, nodes: &[&str]) -> PlanInput {
         desired: Desired {
             group: "g".into(),
             replicas: 2,
+            standby: 0,
             devices_per_member: 1,
             strategy: ScalingStrategy::Incremental,
             max_joining: 4,
@@ -217,6 +218,28 @@ fn with_no_room_elsewhere_the_member_drains_first_and_nothing_lands_on_the_cordo
     let round = plan(&no_room, &cordoned, SURGE);
     assert_eq!(round.drain, vec!["b".to_string()]);
     assert!(round.joiners().all(|j| j.node != "n2"), "{round:?}");
+}
+
+#[test]
+fn an_hccl_groups_member_moves_in_place_so_its_ranks_stay_dense() {
+    let cordoned = set(&["n2"]);
+    let start = vec![
+        member("a", 0, "n1", MemberPhase::Ready),
+        member("b", 1, "n2", MemberPhase::Ready),
+    ];
+    let mut hccl = input(start, &["n1", "n2", "n3"]);
+    hccl.desired.rollout.dense_ranks = true;
+    let round = plan(&hccl, &cordoned, SURGE);
+    assert_eq!(round.drain, vec!["b".to_string()], "drains first");
+    let joiners: Vec<_> = round.joiners().collect();
+    assert_eq!(joiners.len(), 1, "{round:?}");
+    assert_eq!(
+        (joiners[0].index, joiners[0].node.as_str()),
+        (1, "n3"),
+        "the replacement takes the freed index elsewhere"
+    );
+    let indices: Vec<i32> = round.members.iter().map(|m| m.index).collect();
+    assert_eq!(indices, [0, 1], "dense");
 }
 
 #[test]

@@ -43,11 +43,12 @@ pub struct Metrics {
 /// The `state` label values of [`Metrics::links`].
 const LINK_STATES: [&str; 4] = ["up", "degraded", "down", "unknown"];
 
-const PHASES: [MemberPhase; 8] = [
+const PHASES: [MemberPhase; 9] = [
     MemberPhase::Pending,
     MemberPhase::Verifying,
     MemberPhase::Syncing,
     MemberPhase::Joining,
+    MemberPhase::Standby,
     MemberPhase::Ready,
     MemberPhase::Draining,
     MemberPhase::Leaving,

@@ -8,8 +8,8 @@ use hcomm_crds::MemberPhase;
 use hcomm_crds::contract::ascend::{DeviceAllocation, configuration_annotation};
 use hcomm_crds::contract::{
     ANNOTATION_DRAIN_REQUESTED, ANNOTATION_WEIGHTS_DIGEST, GroupReason, LABEL_EPOCH,
-    LABEL_MEMBER_INDEX, POD_DRAINED, POD_JOINED, POD_MEMBER_READY, POD_VERIFIED,
-    POD_WEIGHTS_SYNCED, PodReason,
+    LABEL_MEMBER_INDEX, LABEL_STANDBY, POD_DRAINED, POD_JOINED, POD_MEMBER_READY, POD_VERIFIED,
+    POD_WEIGHTS_SYNCED, PodReason, STANDBY_TRUE,
 };
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::jiff::Timestamp;
@@ -49,6 +49,9 @@ pub struct ObservedMember {
     pub drained: bool,
     /// The readiness gate `hcomm.io/member-ready` is True.
     pub serving: bool,
+    /// The operator labelled it a warm standby (`hcomm.io/standby`): the intent. Whether
+    /// the agent holds it so is its phase ([`MemberPhase::Standby`]).
+    pub standby: bool,
     /// The weights digest it was created for (annotation `hcomm.io/weights-digest`).
     pub weights_digest: Option<String>,
     /// The revision it was made from (label `hcomm.io/revision`; see the revision module).
@@ -83,6 +86,7 @@ impl ObservedMember {
             drain_requested_at: None,
             drained: false,
             serving: true,
+            standby: false,
             weights_digest: None,
             revision: None,
             unreachable: false,
@@ -179,6 +183,7 @@ pub fn observe(pod: &Pod, resource: &str) -> Option<ObservedMember> {
         drain_requested_at,
         drained: status_of(conditions, POD_DRAINED) == Some("True"),
         serving: status_of(conditions, POD_MEMBER_READY) == Some("True"),
+        standby: labels.get(LABEL_STANDBY).map(String::as_str) == Some(STANDBY_TRUE),
         weights_digest: annotations.get(ANNOTATION_WEIGHTS_DIGEST).cloned(),
         // Made from which revision (the revision module); `None` for a Pod made before
         // revisions existed.
@@ -204,8 +209,9 @@ const UNSCHEDULABLE: &str = hcomm_crds::contract::SCHEDULER_UNSCHEDULABLE;
 /// requested. Returns (phase, failed, message).
 ///
 /// Order matters: a drain request wins (Draining → Leaving); then failure (verified False,
-/// or joined False with a terminal reason); then the readiness gate; then the forward
-/// phases Pending → Verifying → Syncing → Joining.
+/// or joined False with a terminal reason); then the readiness gate (True: Ready; held
+/// False by the agent for a warm standby: Standby); then the forward phases Pending →
+/// Verifying → Syncing → Joining.
 pub fn derive_phase(
     conditions: &[PodCondition],
     running: bool,
@@ -236,8 +242,13 @@ pub fn derive_phase(
     if failed {
         return (MemberPhase::Failed, true, message);
     }
-    let phase = if status_of(conditions, POD_MEMBER_READY) == Some("True") {
+    let member_ready = find(conditions, POD_MEMBER_READY);
+    let phase = if member_ready.is_some_and(|c| c.status == "True") {
         MemberPhase::Ready
+    } else if member_ready.is_some_and(|c| c.reason.as_deref() == Some(PodReason::Standby.as_str()))
+        && running
+    {
+        MemberPhase::Standby
     } else if !running {
         MemberPhase::Pending
     } else if status_of(conditions, POD_VERIFIED) != Some("True") {
@@ -301,6 +312,25 @@ mod tests {
         assert_eq!(derive_phase(&c, true, true).0, MemberPhase::Draining);
         c.push(cond(POD_DRAINED, "True", "Drained"));
         assert_eq!(derive_phase(&c, true, true).0, MemberPhase::Leaving);
+    }
+
+    #[test]
+    fn a_gate_the_agent_holds_for_a_standby_is_standby_and_opening_it_is_ready() {
+        let mut c = vec![
+            cond(POD_VERIFIED, "True", PodReason::Verified.as_str()),
+            cond(POD_WEIGHTS_SYNCED, "True", "Synced"),
+            cond(POD_JOINED, "True", PodReason::Joined.as_str()),
+            cond(POD_MEMBER_READY, "False", PodReason::Standby.as_str()),
+        ];
+        assert_eq!(derive_phase(&c, true, false).0, MemberPhase::Standby);
+        // Held closed for another reason (the worker is not serving yet): still joining.
+        c[3] = cond(POD_MEMBER_READY, "False", PodReason::NotReady.as_str());
+        assert_eq!(derive_phase(&c, true, false).0, MemberPhase::Joining);
+        c[3] = cond(POD_MEMBER_READY, "True", PodReason::MemberReady.as_str());
+        assert_eq!(derive_phase(&c, true, false).0, MemberPhase::Ready);
+        // A drain request wins over standby, as over Ready.
+        c[3] = cond(POD_MEMBER_READY, "False", PodReason::Standby.as_str());
+        assert_eq!(derive_phase(&c, true, true).0, MemberPhase::Draining);
     }
 
     #[test]

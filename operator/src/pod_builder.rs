@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 use hcomm_crds::contract::env;
 use hcomm_crds::contract::{
     ANNOTATION_WEIGHTS_DIGEST, LABEL_EPOCH, LABEL_GROUP, LABEL_MANAGED_BY, LABEL_MEMBER_INDEX,
-    LABEL_RANK, LABEL_REVISION, LABEL_ROLE, MANAGER_NAME, READINESS_GATE,
+    LABEL_RANK, LABEL_REVISION, LABEL_ROLE, LABEL_STANDBY, MANAGER_NAME, READINESS_GATE,
+    STANDBY_TRUE,
 };
 use hcomm_crds::group::Bootstrap;
 use hcomm_crds::{Backend, HcommGroup, HcommGroupSpec};
@@ -73,6 +74,11 @@ pub fn build(group: &HcommGroup, member: &PlannedMember, epoch: i64, world_size:
     labels.insert(LABEL_EPOCH.into(), epoch.to_string());
     labels.insert(LABEL_REVISION.into(), crate::revision::of(spec_));
     labels.insert(LABEL_MANAGED_BY.into(), MANAGER_NAME.into());
+    if member.standby {
+        labels.insert(LABEL_STANDBY.into(), STANDBY_TRUE.into());
+    } else {
+        labels.remove(LABEL_STANDBY);
+    }
 
     let mut annotations = template_meta.annotations.unwrap_or_default();
     if let Some(w) = &spec_.weights {
@@ -328,6 +334,7 @@ pub(crate) mod tests {
             devices: Vec::new(),
             allocation: None,
             joiner: true,
+            standby: false,
         }
     }
 

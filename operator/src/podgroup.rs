@@ -173,6 +173,7 @@ mod tests {
                     devices: Vec::new(),
                     allocation: None,
                     joiner: false,
+                    standby: false,
                 })
                 .collect(),
             ..Plan::default()

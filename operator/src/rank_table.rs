@@ -363,6 +363,7 @@ mod tests {
                     .collect(),
             }),
             joiner: false,
+            standby: false,
         }
     }
 

@@ -175,6 +175,9 @@ pub fn validate(group: &HcommGroup) -> std::result::Result<(), String> {
     if group.spec.replicas < 0 {
         return Err("replicas must not be negative".into());
     }
+    if group.spec.scaling.standby < 0 {
+        return Err("scaling.standby must not be negative".into());
+    }
     Ok(())
 }
 
@@ -189,10 +192,21 @@ pub fn plan_input(
 ) -> PlanInput {
     let spec = &group.spec;
     let in_set = members.iter().filter(|m| m.in_set()).count() as i32;
+    let labelled_standby = members.iter().filter(|m| m.in_set() && m.standby).count() as i32;
     PlanInput {
         desired: Desired {
             group: group.name_any(),
-            replicas: if frozen { in_set } else { spec.replicas },
+            // Frozen (an invalid spec): the set and its labels stay as they are.
+            replicas: if frozen {
+                in_set - labelled_standby
+            } else {
+                spec.replicas
+            },
+            standby: if frozen {
+                labelled_standby
+            } else {
+                spec.scaling.standby
+            },
             devices_per_member: spec.devices_per_member,
             strategy: spec.scaling.strategy,
             max_joining: spec.scaling.max_joining,

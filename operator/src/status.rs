@@ -1,8 +1,9 @@
 //! The `HcommGroup` status (pure builder) and its write (server-side apply on the status
 //! subresource).
 //!
-//! `replicas` counts member Pods that exist (any phase but gone), `readyReplicas` those whose
-//! readiness gate is True; `members`, `topology`, `epoch`, `rankTable`, `selector` and the
+//! `replicas` counts member Pods that exist (any phase but gone) other than the warm
+//! standby ones, which `standbyReplicas` counts; `readyReplicas` those whose readiness gate
+//! is True; `members`, `topology`, `epoch`, `rankTable`, `selector` and the
 //! `Ready` / `Progressing` / `Degraded` conditions follow from the plan and what was observed;
 //! `LinksHealthy` (and a `LinkDown` / `LinkDegraded` cause of `Degraded`) from the
 //! [`LinkReport`] of the members' nodes.
@@ -103,7 +104,10 @@ pub fn build(input: StatusInput<'_>) -> HcommGroupStatus {
             epoch: m.epoch,
             weights_version: matches!(
                 phase,
-                MemberPhase::Joining | MemberPhase::Ready | MemberPhase::Draining
+                MemberPhase::Joining
+                    | MemberPhase::Standby
+                    | MemberPhase::Ready
+                    | MemberPhase::Draining
             )
             .then(|| weights.clone())
             .flatten(),
@@ -131,7 +135,18 @@ pub fn build(input: StatusInput<'_>) -> HcommGroupStatus {
     members.sort_by(|a, b| (a.index, &a.name).cmp(&(b.index, &b.name)));
 
     let topology = topology(input, dpm);
-    let replicas = members.len() as i32;
+    // The planned set's standby members that exist (this round's joiners once created).
+    let standby = input
+        .plan
+        .members
+        .iter()
+        .filter(|p| p.standby && (!p.joiner || input.outcome.created.contains(&p.name)))
+        .count() as i32;
+    let warm = members
+        .iter()
+        .filter(|m| m.phase == MemberPhase::Standby)
+        .count() as i32;
+    let replicas = members.len() as i32 - standby;
     let ready = members
         .iter()
         .filter(|m| m.phase == MemberPhase::Ready)
@@ -155,7 +170,13 @@ pub fn build(input: StatusInput<'_>) -> HcommGroupStatus {
     } else {
         reasons::SCALING_OUT
     };
-    let ready_message = format!("{ready}/{desired} members ready");
+    let mut ready_message = format!("{ready}/{desired} members ready");
+    if group.spec.scaling.standby > 0 || standby > 0 {
+        ready_message.push_str(&format!(
+            ", {warm}/{} standby warm",
+            group.spec.scaling.standby
+        ));
+    }
     if all_ready {
         set(
             &mut conditions,
@@ -257,6 +278,7 @@ pub fn build(input: StatusInput<'_>) -> HcommGroupStatus {
     HcommGroupStatus {
         replicas,
         ready_replicas: ready,
+        standby_replicas: standby,
         selector: Some(selector_string(&name)),
         epoch: input.plan.epoch,
         phase: Some(phase),

@@ -44,6 +44,7 @@ fn a_member_pod_is_refused_by_baseline_only_for_its_local_api_host_path() {
             devices: Vec::new(),
             allocation: None,
             joiner: true,
+            standby: false,
         };
         let pod = hcomm_operator::pod_builder::build(&group, &member, 1, 1);
         let host_paths: Vec<String> = pod

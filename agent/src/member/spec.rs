@@ -1,9 +1,9 @@
 //! What the operator planned for a member, read from its Pod (pure): group, index, first
-//! rank, assigned devices, the worker's environment, drain request, deletion.
+//! rank, assigned devices, the worker's environment, drain request, standby, deletion.
 
 use hcomm_crds::contract::{
     ANNOTATION_DEVICES, ANNOTATION_DRAIN_REQUESTED, ANNOTATION_WORKER_READINESS, LABEL_GROUP,
-    LABEL_MEMBER_INDEX, LABEL_RANK, WORKER_READINESS_LOCAL_API,
+    LABEL_MEMBER_INDEX, LABEL_RANK, LABEL_STANDBY, STANDBY_TRUE, WORKER_READINESS_LOCAL_API,
 };
 use k8s_openapi::api::core::v1::Pod;
 
@@ -45,6 +45,9 @@ pub struct MemberSpec {
     pub weights_path: Option<String>,
     pub drain_requested: Option<String>,
     pub deleting: bool,
+    /// The operator holds the member as a warm standby (label `hcomm.io/standby`): joined,
+    /// but its readiness gate stays False until the label goes.
+    pub standby: bool,
     /// Hold the readiness gate until the worker reports `serving` (Pod annotation
     /// `hcomm.io/worker-readiness: local-api`).
     pub await_worker: bool,
@@ -108,6 +111,7 @@ pub fn from_pod(pod: &Pod) -> Option<MemberSpec> {
         weights_path: env(env::WEIGHTS_PATH),
         drain_requested: ann.get(ANNOTATION_DRAIN_REQUESTED).cloned(),
         deleting: meta.deletion_timestamp.is_some(),
+        standby: labels.get(LABEL_STANDBY).map(String::as_str) == Some(STANDBY_TRUE),
         await_worker: ann.get(ANNOTATION_WORKER_READINESS).map(String::as_str)
             == Some(WORKER_READINESS_LOCAL_API),
         npu,

@@ -319,7 +319,9 @@ impl Run {
                 if let Err(message) = self.await_worker().await {
                     return Event::JoinFailed { epoch, message };
                 }
-                Event::Joined { epoch }
+                // The label as it is now: a promotion while joining opens the gate here.
+                let standby = self.spec_rx.borrow().as_ref().is_some_and(|s| s.standby);
+                Event::Joined { epoch, standby }
             }
             Err(JoinStop::EpochMoved(next)) => {
                 tracing::info!(

@@ -4,10 +4,16 @@
 //!
 //! ```text
 //! Pending → Verifying → Syncing → Joining → Ready ─(drain)→ Draining → Leaving → Drained
-//!              │           │         │        └─(new epoch: rejoin beside the old comm)
+//!              │           │         │   │    └─(new epoch: rejoin beside the old comm)
+//!              │           │         │   └→ Standby ⇄ Ready (promoted / moved back)
 //!              └───────────┴─────────┴→ Failed{stage} ─(retry)→ back to that stage
 //! (a drain request before Ready goes straight to Leaving: the gate was never True)
 //! ```
+//!
+//! A warm standby (the operator's `hcomm.io/standby` label) is joined like a serving
+//! member and follows every epoch, but holds its readiness gate False with the reason
+//! `Standby`; a promotion only opens the gate. A drain of a standby goes through Draining,
+//! since one moved back from Ready may still finish requests.
 
 use hcomm_crds::contract::{
     POD_DRAINED, POD_JOINED, POD_MEMBER_READY, POD_VERIFIED, POD_WEIGHTS_SYNCED, PodReason,
@@ -27,12 +33,27 @@ pub enum Phase {
     Pending,
     Verifying,
     Syncing,
-    Joining { epoch: u64 },
-    Ready { epoch: u64 },
-    Draining { epoch: u64 },
-    Leaving { timed_out: bool },
+    Joining {
+        epoch: u64,
+    },
+    /// Joined, readiness gate held False: out of traffic until promoted.
+    Standby {
+        epoch: u64,
+    },
+    Ready {
+        epoch: u64,
+    },
+    Draining {
+        epoch: u64,
+    },
+    Leaving {
+        timed_out: bool,
+    },
     Drained,
-    Failed { stage: Stage, message: String },
+    Failed {
+        stage: Stage,
+        message: String,
+    },
     Gone,
 }
 
@@ -44,6 +65,7 @@ impl Phase {
             Phase::Verifying => "Verifying",
             Phase::Syncing => "Syncing",
             Phase::Joining { .. } => "Joining",
+            Phase::Standby { .. } => "Standby",
             Phase::Ready { .. } => "Ready",
             Phase::Draining { .. } => "Draining",
             Phase::Leaving { .. } => "Leaving",
@@ -54,11 +76,12 @@ impl Phase {
     }
 
     /// Every phase name, for zero-initialised metrics.
-    pub const NAMES: [&'static str; 10] = [
+    pub const NAMES: [&'static str; 11] = [
         "Pending",
         "Verifying",
         "Syncing",
         "Joining",
+        "Standby",
         "Ready",
         "Draining",
         "Leaving",
@@ -91,8 +114,11 @@ pub enum Event {
         reason: PodReason,
         message: String,
     },
+    /// The domain of `epoch` formed with this member in it; `standby` is whether the
+    /// operator holds the member out of traffic at that moment.
     Joined {
         epoch: u64,
+        standby: bool,
     },
     JoinFailed {
         epoch: u64,
@@ -107,6 +133,10 @@ pub enum Event {
         epoch: u64,
     },
     DrainRequested,
+    /// The operator removed the standby label: open the gate.
+    Promoted,
+    /// The operator labelled a serving member standby again (a scale-in): close the gate.
+    Demoted,
     /// The worker reported zero in flight, or the drain timeout passed.
     DrainFinished {
         timed_out: bool,
@@ -153,6 +183,11 @@ pub enum Action {
         reason: PodReason,
         message: String,
     },
+}
+
+/// The readiness gate held False for a warm standby.
+fn standby_gate(message: String) -> Action {
+    cond(POD_MEMBER_READY, false, PodReason::Standby, message)
 }
 
 fn cond(
@@ -244,7 +279,27 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
                 },
             ],
         ),
-        (P::Joining { .. }, E::Joined { epoch }) => (
+        (
+            P::Joining { .. },
+            E::Joined {
+                epoch,
+                standby: true,
+            },
+        ) => (
+            P::Standby { epoch },
+            vec![
+                cond(
+                    POD_JOINED,
+                    true,
+                    PodReason::Joined,
+                    format!("joined the domain at epoch {epoch}"),
+                ),
+                standby_gate(format!(
+                    "warm standby at epoch {epoch}: out of traffic until promoted"
+                )),
+            ],
+        ),
+        (P::Joining { .. }, E::Joined { epoch, .. }) => (
             P::Ready { epoch },
             vec![
                 cond(
@@ -276,14 +331,18 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
         (P::Joining { .. }, E::EpochPlanned { epoch }) => {
             (P::Joining { epoch }, vec![Action::Join { epoch }])
         }
-        (P::Ready { epoch: cur }, E::EpochPlanned { epoch }) if epoch > *cur => (
-            P::Ready { epoch: *cur },
-            vec![
-                Action::Join { epoch },
-                Action::Notify(WorkerNotice::EpochChanged { epoch }),
-            ],
-        ),
-        (P::Ready { epoch: cur }, E::Joined { epoch }) if epoch > *cur => (
+        (P::Ready { epoch: cur } | P::Standby { epoch: cur }, E::EpochPlanned { epoch })
+            if epoch > *cur =>
+        {
+            (
+                phase.clone(),
+                vec![
+                    Action::Join { epoch },
+                    Action::Notify(WorkerNotice::EpochChanged { epoch }),
+                ],
+            )
+        }
+        (P::Ready { epoch: cur }, E::Joined { epoch, .. }) if epoch > *cur => (
             P::Ready { epoch },
             vec![cond(
                 POD_JOINED,
@@ -292,28 +351,54 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
                 format!("switched to epoch {epoch}"),
             )],
         ),
-        (P::Ready { epoch: cur }, E::JoinFailed { epoch, message }) => (
-            P::Ready { epoch: *cur },
-            vec![
-                cond(
-                    POD_JOINED,
-                    true,
-                    PodReason::RejoinFailed,
-                    format!("still serving at epoch {cur}; epoch {epoch} failed: {message}"),
-                ),
-                Action::Event {
-                    warning: true,
-                    reason: PodReason::RejoinFailed,
-                    message,
-                },
-            ],
+        (P::Standby { epoch: cur }, E::Joined { epoch, .. }) if epoch > *cur => (
+            P::Standby { epoch },
+            vec![cond(
+                POD_JOINED,
+                true,
+                PodReason::Joined,
+                format!("switched to epoch {epoch} (standby)"),
+            )],
         ),
+        (P::Standby { epoch }, E::Promoted) => (
+            P::Ready { epoch: *epoch },
+            vec![cond(
+                POD_MEMBER_READY,
+                true,
+                PodReason::MemberReady,
+                format!("promoted from standby: serving at epoch {epoch}"),
+            )],
+        ),
+        (P::Ready { epoch }, E::Demoted) => (
+            P::Standby { epoch: *epoch },
+            vec![standby_gate(format!(
+                "moved back to standby at epoch {epoch}: no new traffic"
+            ))],
+        ),
+        (P::Ready { epoch: cur } | P::Standby { epoch: cur }, E::JoinFailed { epoch, message }) => {
+            (
+                phase.clone(),
+                vec![
+                    cond(
+                        POD_JOINED,
+                        true,
+                        PodReason::RejoinFailed,
+                        format!("still serving at epoch {cur}; epoch {epoch} failed: {message}"),
+                    ),
+                    Action::Event {
+                        warning: true,
+                        reason: PodReason::RejoinFailed,
+                        message,
+                    },
+                ],
+            )
+        }
         (P::Failed { stage, .. }, E::Retry { epoch }) => match stage {
             Stage::Verify => (P::Verifying, vec![Action::Verify]),
             Stage::Sync => (P::Syncing, vec![Action::SyncWeights]),
             Stage::Join => (P::Joining { epoch }, vec![Action::Join { epoch }]),
         },
-        (P::Ready { epoch }, E::DrainRequested) => (
+        (P::Ready { epoch } | P::Standby { epoch }, E::DrainRequested) => (
             P::Draining { epoch: *epoch },
             vec![
                 cond(

@@ -40,7 +40,10 @@ fn the_happy_path_sets_verified_synced_joined_then_the_gate_in_that_order() {
             epoch: 3,
             message: "256 MiB".into(),
         },
-        Event::Joined { epoch: 3 },
+        Event::Joined {
+            epoch: 3,
+            standby: false,
+        },
     ]);
     assert_eq!(phase, Phase::Ready { epoch: 3 });
     assert_eq!(
@@ -162,7 +165,13 @@ fn a_new_epoch_while_ready_rejoins_beside_the_serving_communicator() {
         "keeps serving at the old epoch"
     );
     assert_eq!(a[0], Action::Join { epoch: 3 });
-    let (p, a) = step(&p, Event::Joined { epoch: 3 });
+    let (p, a) = step(
+        &p,
+        Event::Joined {
+            epoch: 3,
+            standby: false,
+        },
+    );
     assert_eq!(p, Phase::Ready { epoch: 3 });
     assert_eq!(conds(&a), [(POD_JOINED, true)], "the gate is not touched");
     // A stale epoch is ignored.
@@ -185,6 +194,84 @@ fn a_failed_rejoin_keeps_serving_on_the_old_epoch_and_warns() {
     );
 }
 
+fn reasons(actions: &[Action]) -> Vec<(&'static str, bool, PodReason)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Condition(c) => Some((c.type_, c.status, c.reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_standby_joins_with_its_gate_held_and_a_promotion_only_opens_it() {
+    let (p, a) = step(
+        &Phase::Joining { epoch: 3 },
+        Event::Joined {
+            epoch: 3,
+            standby: true,
+        },
+    );
+    assert_eq!(p, Phase::Standby { epoch: 3 });
+    assert_eq!(
+        reasons(&a),
+        [
+            (POD_JOINED, true, PodReason::Joined),
+            (POD_MEMBER_READY, false, PodReason::Standby)
+        ]
+    );
+    let (p, a) = step(&p, Event::Promoted);
+    assert_eq!(p, Phase::Ready { epoch: 3 });
+    assert_eq!(
+        reasons(&a),
+        [(POD_MEMBER_READY, true, PodReason::MemberReady)],
+        "nothing but the gate"
+    );
+    // A promotion that reaches a serving member, or a member still joining, is nothing.
+    assert_eq!(step(&p, Event::Promoted), (p.clone(), vec![]));
+    assert_eq!(
+        step(&Phase::Syncing, Event::Promoted),
+        (Phase::Syncing, vec![])
+    );
+}
+
+#[test]
+fn a_standby_follows_every_epoch_beside_its_old_communicator_out_of_traffic() {
+    let standby = Phase::Standby { epoch: 2 };
+    let (p, a) = step(&standby, Event::EpochPlanned { epoch: 3 });
+    assert_eq!(p, standby);
+    assert_eq!(a[0], Action::Join { epoch: 3 });
+    let (p, a) = step(
+        &p,
+        Event::Joined {
+            epoch: 3,
+            standby: true,
+        },
+    );
+    assert_eq!(p, Phase::Standby { epoch: 3 });
+    assert_eq!(conds(&a), [(POD_JOINED, true)], "the gate is not touched");
+    let (p, _) = step(
+        &p,
+        Event::JoinFailed {
+            epoch: 4,
+            message: "timeout".into(),
+        },
+    );
+    assert_eq!(p, Phase::Standby { epoch: 3 }, "a failed rejoin keeps it");
+}
+
+#[test]
+fn a_serving_member_moved_back_to_standby_closes_its_gate_and_drains_before_leaving() {
+    let (p, a) = step(&Phase::Ready { epoch: 5 }, Event::Demoted);
+    assert_eq!(p, Phase::Standby { epoch: 5 });
+    assert_eq!(reasons(&a), [(POD_MEMBER_READY, false, PodReason::Standby)]);
+    // Its requests in flight may still run: a drain waits for them like a serving one's.
+    let (p, a) = step(&p, Event::DrainRequested);
+    assert_eq!(p, Phase::Draining { epoch: 5 });
+    assert_eq!(a.last(), Some(&Action::AwaitDrain));
+}
+
 #[test]
 fn late_or_foreign_events_change_nothing() {
     assert_eq!(
@@ -204,7 +291,12 @@ fn late_or_foreign_events_change_nothing() {
 
 #[test]
 fn every_phase_has_a_metric_name() {
-    for p in [Phase::Pending, Phase::Drained, Phase::Ready { epoch: 0 }] {
+    for p in [
+        Phase::Pending,
+        Phase::Drained,
+        Phase::Ready { epoch: 0 },
+        Phase::Standby { epoch: 0 },
+    ] {
         assert!(Phase::NAMES.contains(&p.name()));
     }
 }

@@ -137,6 +137,17 @@ pub async fn drive(
     run.phase
 }
 
+/// The event a change of the standby label means in `phase`: a promotion of a standby, a
+/// serving member moved back to standby; none otherwise (a member still on its way in
+/// reads the label when it joins).
+fn standby_change(phase: &Phase, standby: bool) -> Option<Event> {
+    match phase {
+        Phase::Standby { .. } if !standby => Some(Event::Promoted),
+        Phase::Ready { .. } if standby => Some(Event::Demoted),
+        _ => None,
+    }
+}
+
 /// Resolves once the Pod behind `rx` is deleted (or its driver is gone).
 pub(super) async fn pod_gone(mut rx: watch::Receiver<Option<MemberSpec>>) {
     let _ = rx.wait_for(Option::is_none).await;
@@ -147,7 +158,7 @@ impl Run {
     /// meanwhile; none before its first join.
     fn epoch_span(&self) -> tracing::Span {
         match self.phase {
-            Phase::Ready { epoch } | Phase::Draining { epoch } => {
+            Phase::Ready { epoch } | Phase::Standby { epoch } | Phase::Draining { epoch } => {
                 tracing::info_span!("epoch", epoch)
             }
             _ => tracing::Span::none(),
@@ -187,6 +198,8 @@ impl Run {
                     {
                         self.drain_seen = true;
                         queue.push_back(Event::DrainRequested);
+                    } else if let Some(ev) = standby_change(&self.phase, self.spec.standby) {
+                        queue.push_back(ev);
                     }
                 }
                 Some(false) => {
@@ -265,7 +278,9 @@ impl Run {
             Phase::Failed { .. } => queue.push_back(Event::Retry {
                 epoch: self.planned_epoch(),
             }),
-            Phase::Ready { epoch } if self.planned_epoch() > *epoch && self.in_table() => {
+            Phase::Ready { epoch } | Phase::Standby { epoch }
+                if self.planned_epoch() > *epoch && self.in_table() =>
+            {
                 queue.push_back(Event::EpochPlanned {
                     epoch: self.planned_epoch(),
                 });

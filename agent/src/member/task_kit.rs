@@ -172,6 +172,15 @@ impl Kit {
         });
     }
 
+    /// The operator's `hcomm.io/standby` label, set or removed.
+    pub fn set_standby(&self, standby: bool) {
+        self.pod.send_modify(|p| {
+            if let Some(p) = p {
+                p.standby = standby;
+            }
+        });
+    }
+
     pub fn delete_pod(&self) {
         self.pod.send_replace(None);
     }

@@ -442,6 +442,36 @@ async fn a_drain_closes_the_gate_waits_for_in_flight_requests_then_leaves_draine
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_standby_joins_with_its_gate_held_opens_it_when_promoted_and_closes_it_when_moved_back() {
+    let kit = Kit::new();
+    kit.set_standby(true);
+    let _task = kit.start();
+    kit.until("the gate held for standby", |k| {
+        k.cluster.condition(POD_MEMBER_READY) == Some((false, PodReason::Standby))
+    })
+    .await;
+    assert_eq!(
+        kit.cluster.condition(POD_JOINED),
+        Some((true, PodReason::Joined)),
+        "a standby is in the domain"
+    );
+    let joins = kit.domain.with(|d| d.attempts.len());
+    kit.set_standby(false);
+    kit.until_ready().await;
+    assert_eq!(
+        kit.domain.with(|d| d.attempts.len()),
+        joins,
+        "a promotion opens the gate and nothing else"
+    );
+    kit.set_standby(true);
+    kit.until("the gate closed again", |k| {
+        k.cluster.condition(POD_MEMBER_READY) == Some((false, PodReason::Standby))
+    })
+    .await;
+    assert_eq!(kit.domain.with(|d| d.leaves), 0, "moved back, not gone");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_drain_past_its_deadline_is_recorded_as_drain_timed_out_and_still_leaves() {
     let kit = Kit::new();
     kit.cluster

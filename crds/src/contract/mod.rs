@@ -33,6 +33,14 @@ pub const LABEL_EPOCH: &str = "hcomm.io/epoch";
 /// Label on every member Pod: the revision (hash of the group's template and weights) it
 /// was made from; also the suffix of the group's ControllerRevision of that revision.
 pub const LABEL_REVISION: &str = "hcomm.io/revision";
+/// Label on a member Pod (operator-written) that keeps it a warm standby: verified,
+/// weights-synced and joined to every epoch like any member, but its readiness gate held
+/// False, so it takes no traffic (`spec.scaling.standby`). The operator removes it to
+/// promote the member (the agent then opens the gate at once) and sets it to move a
+/// serving member back to standby on a scale-in.
+pub const LABEL_STANDBY: &str = "hcomm.io/standby";
+/// The value of [`LABEL_STANDBY`] on a standby member.
+pub const STANDBY_TRUE: &str = "true";
 /// Node label the agent reads the node's super pod from (when no flag sets it).
 pub const LABEL_SUPER_POD: &str = "hcomm.io/super-pod";
 /// Node label the agent reads the node's rack from.

@@ -122,6 +122,9 @@ string_enum! {
         MemberReady => "MemberReady",
         /// The member may not receive traffic yet.
         NotReady => "NotReady",
+        /// The member is a warm standby: joined to the domain, out of traffic until the
+        /// operator promotes it.
+        Standby => "Standby",
         /// The member is finishing its requests in flight.
         Draining => "Draining",
         /// The member finished draining.

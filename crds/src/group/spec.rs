@@ -42,6 +42,7 @@ use super::HcommGroupStatus;
     printcolumn(name = "Role", type_ = "string", json_path = ".spec.role"),
     printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.replicas"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Standby", type_ = "integer", json_path = ".status.standbyReplicas"),
     printcolumn(name = "Epoch", type_ = "integer", json_path = ".status.epoch"),
     printcolumn(
         name = "Revision",
@@ -484,6 +485,18 @@ pub struct ScalingSpec {
     #[serde(default = "default_max_unavailable")]
     #[schemars(range(min = 1, max = 1024))]
     pub max_unavailable: i32,
+
+    /// Warm standby members kept beside `replicas` (0–64, default 0): verified,
+    /// weights-synced and joined to every epoch, but out of traffic (readiness gate False,
+    /// not counted in `status.readyReplicas` or `status.replicas`). A scale-out promotes
+    /// them first — only their readiness gate opens — while new standby members refill in
+    /// the background; a serving member that fails is replaced by a standby the same way.
+    /// A scale-in keeps `standby` warm members, moving serving ones back to standby (their
+    /// gate closes, their requests in flight finish) where the standby ones are drained.
+    /// Each costs `devicesPerMember` NPUs.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 64))]
+    pub standby: i32,
 }
 
 impl Default for ScalingSpec {
@@ -493,6 +506,7 @@ impl Default for ScalingSpec {
             drain_timeout_seconds: default_drain_timeout_seconds(),
             max_joining: default_max_joining(),
             max_unavailable: default_max_unavailable(),
+            standby: 0,
         }
     }
 }

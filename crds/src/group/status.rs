@@ -10,13 +10,19 @@ use serde::{Deserialize, Serialize};
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct HcommGroupStatus {
-    /// Members that exist (any phase but gone).
+    /// Members that exist (any phase but gone), warm standby members not counted: this is
+    /// the scale subresource's current size, which autoscalers compare with `spec.replicas`.
     #[serde(default)]
     pub replicas: i32,
 
     /// Members whose readiness gate is True: they receive traffic.
     #[serde(default)]
     pub ready_replicas: i32,
+
+    /// Warm standby members (`spec.scaling.standby`): verified, synced and joined, out of
+    /// traffic until a scale-out promotes them. They hold NPUs like any member.
+    #[serde(default)]
+    pub standby_replicas: i32,
 
     /// The label selector of the member Pods, for the scale subresource (HPA, KEDA).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -141,7 +147,9 @@ pub struct RankRange {
 }
 
 /// The member lifecycle. A member moves forward through these phases only:
-/// `Pending → Verifying → Syncing → Joining → Ready → Draining → Leaving → gone`;
+/// `Pending → Verifying → Syncing → Joining → Ready → Draining → Leaving → gone`, with
+/// `Joining → Standby → Ready` for a warm standby that is promoted (and `Ready → Standby`
+/// for one moved back on a scale-in);
 /// `Failed` is terminal for a member that could not be verified or joined (it is
 /// replaced, never silently retried in place).
 #[derive(
@@ -156,6 +164,9 @@ pub enum MemberPhase {
     Syncing,
     /// The member enters the domain at a new epoch.
     Joining,
+    /// A warm standby: verified, synced and joined, its readiness gate held False until the
+    /// operator promotes it (`spec.scaling.standby`).
+    Standby,
     /// The readiness gate is True; the member serves traffic.
     Ready,
     /// The readiness gate is False; the member finishes its requests in flight.
@@ -170,6 +181,12 @@ impl MemberPhase {
     /// Whether the member serves traffic in this phase.
     pub fn is_serving(self) -> bool {
         self == Self::Ready
+    }
+
+    /// Whether the member has arrived: verified, synced and joined, serving or held as a
+    /// warm standby. Rollouts count these as available: a standby can serve at once.
+    pub fn is_warm(self) -> bool {
+        matches!(self, Self::Standby | Self::Ready)
     }
 
     /// Whether the member is on its way in (counts against `maxJoining`).

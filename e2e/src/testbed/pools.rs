@@ -7,7 +7,10 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use hcomm_crds::HcommGroup;
-use hcomm_crds::contract::LABEL_GROUP;
+use hcomm_crds::contract::{
+    ANNOTATION_DRAIN_REQUESTED, LABEL_GROUP, LABEL_STANDBY, POD_MEMBER_READY, PodReason,
+    STANDBY_TRUE,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
@@ -50,6 +53,12 @@ pub struct MemberPod {
     pub node: String,
     /// Pod Ready (every readiness gate True).
     pub ready: bool,
+    /// Labelled a warm standby by the operator (`hcomm.io/standby`).
+    pub standby: bool,
+    /// Its agent holds it as a warm standby: joined, the gate False for `Standby`.
+    pub warm: bool,
+    /// The operator asked it to drain (`hcomm.io/drain-requested`).
+    pub draining: bool,
 }
 
 impl Testbed {
@@ -158,14 +167,26 @@ impl Testbed {
                     .and_then(|s| s.node_name.clone())
                     .unwrap_or_default(),
                 ready: is_ready(&p),
+                standby: p
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(LABEL_STANDBY))
+                    .is_some_and(|v| v == STANDBY_TRUE),
+                warm: held_as_standby(&p),
+                draining: p
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(ANNOTATION_DRAIN_REQUESTED)),
             })
             .collect();
         members.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(members)
     }
 
-    /// Waits until `group` has exactly `replicas` member Pods, all Ready, and its status
-    /// says so (`readyReplicas`).
+    /// Waits until `group` has exactly `replicas` member Pods besides its standby ones, all
+    /// Ready, and its status says so (`readyReplicas`, `replicas`).
     pub async fn wait_pool_ready(
         &self,
         namespace: &str,
@@ -196,7 +217,12 @@ impl Testbed {
         let groups: Api<HcommGroup> = Api::namespaced(self.client().await?, namespace);
         let deadline = Instant::now() + within;
         loop {
-            let members = self.members(namespace, group).await?;
+            let members: Vec<MemberPod> = self
+                .members(namespace, group)
+                .await?
+                .into_iter()
+                .filter(|m| !m.standby)
+                .collect();
             let status_ready = groups
                 .get_opt(group)
                 .await
@@ -224,6 +250,46 @@ impl Testbed {
 }
 
 impl Testbed {
+    /// Waits until `group` has `n` warm standby members (labelled, held by their agents,
+    /// not draining, counted in `status.standbyReplicas`); returns them.
+    pub async fn wait_standby_warm(
+        &self,
+        namespace: &str,
+        group: &str,
+        n: usize,
+        within: Duration,
+    ) -> Result<Vec<MemberPod>> {
+        let groups: Api<HcommGroup> = Api::namespaced(self.client().await?, namespace);
+        let deadline = Instant::now() + within;
+        loop {
+            let warm: Vec<MemberPod> = self
+                .members(namespace, group)
+                .await?
+                .into_iter()
+                .filter(|m| m.standby && m.warm && !m.draining)
+                .collect();
+            let counted = groups
+                .get_opt(group)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|g| g.status)
+                .map(|s| s.standby_replicas);
+            if warm.len() == n && counted == Some(n as i32) {
+                return Ok(warm);
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Timeout {
+                    what: format!(
+                        "{group}: {n} warm standby members (now {warm:?}, status.standbyReplicas {counted:?})"
+                    ),
+                    after: within,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Waits until `group` has exactly `n` member Pods not being deleted: the victims of
     /// a scale-in are gone, the joiners of a scale-out exist.
     pub async fn wait_members(
@@ -248,6 +314,20 @@ impl Testbed {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// Whether the agent holds the Pod's readiness gate False as a warm standby.
+fn held_as_standby(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == POD_MEMBER_READY
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some(PodReason::Standby.as_str())
+            })
+        })
 }
 
 fn is_ready(pod: &Pod) -> bool {

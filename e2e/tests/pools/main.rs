@@ -26,6 +26,7 @@ mod rollout;
 mod rollout_template;
 mod saturation;
 mod scaling;
+mod standby;
 mod upgrade;
 
 use std::future::Future;
@@ -61,6 +62,7 @@ fn main() {
         scaling::both_example_pools_come_up_with_rank_tables_and_topology,
         scaling::scale_out_under_load_fails_no_request,
         scaling::drain_under_load,
+        standby::a_scale_out_is_served_from_a_warm_standby_and_a_scale_in_moves_a_member_back,
         saturation::a_stranger_saturating_a_nodes_ports_marks_nothing_down_and_evicts_nobody,
         local_api_attack::a_worker_calling_another_pods_local_api_is_refused_and_the_victim_keeps_serving,
         faults::a_weight_source_killed_mid_sync_is_replaced_by_the_other,

@@ -112,7 +112,11 @@ pub struct LinkCounts {
 pub fn carries_traffic(phase: MemberPhase) -> bool {
     matches!(
         phase,
-        MemberPhase::Syncing | MemberPhase::Joining | MemberPhase::Ready | MemberPhase::Draining
+        MemberPhase::Syncing
+            | MemberPhase::Joining
+            | MemberPhase::Standby
+            | MemberPhase::Ready
+            | MemberPhase::Draining
     )
 }
 

@@ -13,6 +13,7 @@ pub mod ranks;
 pub mod rollout;
 #[cfg(test)]
 mod rollout_tests;
+pub mod standby;
 #[cfg(test)]
 mod tests;
 
@@ -31,8 +32,10 @@ pub use placement::{Capacity, Device, NodeInventory};
 pub struct Desired {
     /// The group name (prefix of member names).
     pub group: String,
-    /// Desired members.
+    /// Desired members that serve.
     pub replicas: i32,
+    /// Warm standby members kept beside them (`spec.scaling.standby`).
+    pub standby: i32,
     /// Devices per member.
     pub devices_per_member: i32,
     /// Incremental or Rebuild.
@@ -93,6 +96,8 @@ pub struct PlannedMember {
     pub allocation: Option<DeviceAllocation>,
     /// Created by this plan.
     pub joiner: bool,
+    /// Held out of traffic as a warm standby (label `hcomm.io/standby`; see `standby`).
+    pub standby: bool,
 }
 
 /// Why a member Pod is deleted.
@@ -144,6 +149,9 @@ pub struct Plan {
     pub finished: bool,
     /// Where the rolling update stands.
     pub rollout: rollout::Progress,
+    /// Existing members whose standby label changes: `(name, standby)`. A promotion
+    /// (`false`) is what a scale-out served from the standby costs.
+    pub relabel: Vec<(String, bool)>,
 }
 
 impl Plan {
@@ -164,7 +172,11 @@ pub fn plan(input: &PlanInput) -> Plan {
     let in_set: Vec<&ObservedMember> = input.members.iter().filter(|m| m.in_set()).collect();
     let failed: Vec<&ObservedMember> = in_set.iter().copied().filter(|m| m.failed).collect();
     let healthy: Vec<&ObservedMember> = in_set.iter().copied().filter(|m| !m.failed).collect();
-    let replicas = desired.replicas.max(0) as usize;
+    // Standby members are members like any other for placement, joining and rollouts;
+    // only their label (assigned last) differs.
+    let serving = desired.replicas.max(0) as usize;
+    let standby = desired.standby.max(0) as usize;
+    let replicas = serving + standby;
 
     // 1. Who leaves the set now.
     let mut victims: Vec<&ObservedMember> = Vec::new();
@@ -249,6 +261,7 @@ pub fn plan(input: &PlanInput) -> Plan {
             devices: m.devices.clone(),
             allocation: m.allocation.clone().and_then(Result::ok),
             joiner: false,
+            standby: false,
         })
         .collect();
     for (index, node) in joiner_slots {
@@ -264,9 +277,19 @@ pub fn plan(input: &PlanInput) -> Plan {
             devices: Vec::new(),
             allocation: None,
             joiner: true,
+            standby: false,
         });
     }
     members.sort_by_key(|m| m.index);
+    let held = standby::assign(&members, &input.members, serving, standby);
+    for m in &mut members {
+        m.standby = held.contains(&m.name);
+    }
+    let relabel = if desired.deleting {
+        Vec::new()
+    } else {
+        standby::relabels(&members, &input.members, &held)
+    };
     let planned_names: BTreeSet<String> = members.iter().map(|m| m.name.clone()).collect();
 
     // 4. Drains and deletions of members outside the set.
@@ -290,6 +313,7 @@ pub fn plan(input: &PlanInput) -> Plan {
         recheck_after,
         finished: desired.deleting && input.members.is_empty(),
         rollout: step.progress,
+        relabel,
     }
 }
 

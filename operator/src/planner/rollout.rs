@@ -3,7 +3,8 @@
 //! partition, or stopped.
 //!
 //! Deployment arithmetic, in members: the set may hold up to `replicas + maxSurge`
-//! members, and at least `replicas - maxUnavailable` of them must serve (be Ready). A
+//! members, and at least `replicas - maxUnavailable` of them must serve (be Ready, or a warm
+//! standby, which can serve at once). A
 //! member of the new revision therefore joins — verified, synced, joined, serving —
 //! before an old one drains when `maxUnavailable` is 0; the old one then drains, leaves
 //! and is deleted as in any scale-in. Old members that do not serve (stuck, or of a
@@ -23,8 +24,6 @@
 //! member unavailable), each replacement taking the freed index.
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-
-use hcomm_crds::MemberPhase;
 
 use crate::phase::ObservedMember;
 use crate::revision;
@@ -179,16 +178,11 @@ pub fn step(
     let stop = stopped.or_else(|| detect_stop(settings, &updated, failed, &outdated, now));
 
     // Old members that serve nothing drain at once; Ready ones within the budget.
-    let (mut old_ready, idle): (Vec<&ObservedMember>, Vec<&ObservedMember>) = replaceable
-        .iter()
-        .copied()
-        .partition(|m| m.phase == MemberPhase::Ready);
+    let (mut old_ready, idle): (Vec<&ObservedMember>, Vec<&ObservedMember>) =
+        replaceable.iter().copied().partition(|m| m.phase.is_warm());
     let mut drain: Vec<String> = idle.iter().map(|m| m.name.clone()).collect();
     let (surge, unavailable) = settings.pace();
-    let available = healthy
-        .iter()
-        .filter(|m| m.phase == MemberPhase::Ready)
-        .count();
+    let available = healthy.iter().filter(|m| m.phase.is_warm()).count();
     let min_available = replicas.saturating_sub(unavailable);
     let budget = if stop.is_some() {
         0
@@ -215,7 +209,7 @@ pub fn step(
         Some(_) => None,
         None => updated
             .iter()
-            .filter(|m| m.phase != MemberPhase::Ready)
+            .filter(|m| !m.phase.is_warm())
             .filter_map(|m| m.created_at)
             .map(|t| settings.progress_deadline - now.duration_since(t))
             .filter(|left| left.is_positive())
@@ -255,7 +249,7 @@ fn detect_stop(
     let deadline = settings.progress_deadline;
     updated
         .iter()
-        .filter(|m| m.phase != MemberPhase::Ready)
+        .filter(|m| !m.phase.is_warm())
         .find(|m| {
             m.created_at
                 .is_some_and(|t| now.duration_since(t) >= deadline)

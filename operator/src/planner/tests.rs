@@ -31,6 +31,7 @@ fn desired(replicas: i32, dpm: i32) -> Desired {
     Desired {
         group: "g".into(),
         replicas,
+        standby: 0,
         devices_per_member: dpm,
         strategy: ScalingStrategy::Incremental,
         max_joining: 4,
@@ -39,6 +40,21 @@ fn desired(replicas: i32, dpm: i32) -> Desired {
         deleting: false,
         weights_digest: None,
         rollout: rollout::Settings::default(),
+    }
+}
+
+impl ObservedMember {
+    /// The agent's side once the member is verified, synced and joined: the gate opens,
+    /// unless the operator labelled it standby (then the agent holds it, and closes it on
+    /// a serving member moved back).
+    fn arrive(&mut self) {
+        self.running = true;
+        self.serving = !self.standby;
+        self.phase = if self.standby {
+            MemberPhase::Standby
+        } else {
+            MemberPhase::Ready
+        };
     }
 }
 
@@ -125,6 +141,7 @@ impl World {
                 drain_requested_at: None,
                 drained: false,
                 serving: false,
+                standby: j.standby,
                 weights_digest: self.weights.clone(),
                 revision: self.revision.clone(),
                 unreachable: false,
@@ -137,6 +154,10 @@ impl World {
             let m = self.members.iter_mut().find(|m| &m.name == name).unwrap();
             m.drain_requested_at.get_or_insert(self.now);
             m.phase = MemberPhase::Draining;
+        }
+        for (name, standby) in &plan.relabel {
+            let m = self.members.iter_mut().find(|m| &m.name == name).unwrap();
+            m.standby = *standby;
         }
         let deleted: BTreeSet<&String> = plan.delete.iter().map(|r| &r.name).collect();
         self.members.retain(|m| !deleted.contains(&m.name));
@@ -161,8 +182,7 @@ impl World {
                     m.failed = true;
                     m.phase = MemberPhase::Failed;
                 } else {
-                    m.serving = true;
-                    m.phase = MemberPhase::Ready;
+                    m.arrive();
                 }
             }
         }
@@ -352,9 +372,19 @@ fn random_scaling_keeps_every_invariant_and_converges() {
         let mut d = desired(rng.random_range(0..6), dpm);
         d.max_joining = rng.random_range(1..4);
         d.max_unavailable = rng.random_range(1..3);
+        // Every third seed keeps warm standby members beside the serving ones.
+        let with_standby = seed % 3 == 0;
+        d.standby = if with_standby {
+            rng.random_range(1..3)
+        } else {
+            0
+        };
         for step in 0..60 {
             if step < 40 && rng.random_bool(0.15) {
                 d.replicas = rng.random_range(0..6);
+            }
+            if with_standby && step < 40 && rng.random_bool(0.1) {
+                d.standby = rng.random_range(0..3);
             }
             let before: BTreeMap<String, (i32, Vec<i32>)> = world
                 .members
@@ -388,6 +418,14 @@ fn random_scaling_keeps_every_invariant_and_converges() {
             // Indices unique; each joiner fits its node (`World::apply` asserts the room).
             let indices: BTreeSet<i32> = p.members.iter().map(|m| m.index).collect();
             assert_eq!(indices.len(), p.members.len(), "{ctx}");
+            // Standby: never more than asked, and never while members are missing.
+            let held = p.members.iter().filter(|m| m.standby).count();
+            assert!(held <= d.standby as usize, "{ctx}: {held} standby");
+            assert!(
+                held == 0 || p.members.len() > d.replicas as usize,
+                "{ctx}: standby with only {} members",
+                p.members.len()
+            );
             world.apply(&p, dpm);
             // No device held twice on a node.
             let mut seen = BTreeSet::new();
@@ -406,14 +444,14 @@ fn random_scaling_keeps_every_invariant_and_converges() {
             let p = plan(&world.input(&d));
             world.apply(&p, dpm);
             for m in &mut world.members {
-                m.running = true;
-                m.serving = m.drain_requested_at.is_none();
-                m.drained = m.drain_requested_at.is_some();
-                m.phase = if m.serving {
-                    MemberPhase::Ready
+                if m.drain_requested_at.is_some() {
+                    m.running = true;
+                    m.serving = false;
+                    m.drained = true;
+                    m.phase = MemberPhase::Draining;
                 } else {
-                    MemberPhase::Draining
-                };
+                    m.arrive();
+                }
             }
         }
         let capacity: usize = world
@@ -421,8 +459,14 @@ fn random_scaling_keeps_every_invariant_and_converges() {
             .iter()
             .map(|n| n.npus as usize / dpm as usize)
             .sum();
-        let expected = (d.replicas as usize).min(capacity);
+        let expected = ((d.replicas + d.standby) as usize).min(capacity);
         assert_eq!(world.members.len(), expected, "seed {seed} converges");
+        let serving = world.members.iter().filter(|m| m.serving).count();
+        assert_eq!(
+            serving,
+            expected.min(d.replicas as usize),
+            "seed {seed}: serving first, standby with what is left"
+        );
         let p = plan(&world.input(&d));
         assert!(!p.changed, "seed {seed} is stable");
     }
@@ -648,4 +692,42 @@ fn a_stopped_rollout_is_rolled_back_by_the_old_revision_and_old_members_never_dr
         plan(&world.input(&want)).rollout,
         rollout::Progress::Complete
     );
+}
+
+#[test]
+fn a_scale_out_is_served_from_the_warm_standby_and_a_joiner_refills_it() {
+    let mut world = World::new(vec![node("a", "s0", 8)]);
+    let mut d = desired(2, 1);
+    d.standby = 1;
+    let first = plan(&world.input(&d));
+    assert_eq!(first.members.len(), 3);
+    assert_eq!(
+        first
+            .members
+            .iter()
+            .filter(|m| m.standby)
+            .map(|m| m.index)
+            .collect::<Vec<_>>(),
+        [2],
+        "the highest index waits"
+    );
+    world.apply(&first, 1);
+    for m in &mut world.members {
+        m.arrive();
+    }
+    d.replicas = 3;
+    let grow = plan(&world.input(&d));
+    assert_eq!(grow.relabel, [("g-2-e1".to_owned(), false)], "promoted");
+    let joiners: Vec<_> = grow.joiners().collect();
+    assert_eq!(joiners.len(), 1);
+    assert!(joiners[0].standby, "the joiner refills the standby");
+    world.apply(&grow, 1);
+    // Scale back in: the highest index drains, and a serving member goes back to standby.
+    for m in &mut world.members {
+        m.arrive();
+    }
+    d.replicas = 2;
+    let shrink = plan(&world.input(&d));
+    assert_eq!(shrink.drain, ["g-3-e2".to_owned()]);
+    assert_eq!(shrink.relabel, [("g-2-e1".to_owned(), true)]);
 }

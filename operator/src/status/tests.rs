@@ -160,6 +160,7 @@ fn big_plan(count: i32, dpm: i32) -> (Plan, Vec<NodeInventory>) {
             devices: (0..dpm).collect(),
             allocation: None,
             joiner: false,
+            standby: false,
         })
         .collect();
     let nodes = (0..count)
@@ -236,4 +237,52 @@ fn a_thousand_member_status_stays_within_etcds_object_limit_at_16_devices() {
         bytes + members_bytes < ETCD_LIMIT * 2 / 3,
         "{bytes} + {members_bytes} bytes at the cap"
     );
+}
+
+#[test]
+fn standby_members_are_counted_apart_from_the_scale_subresources_replicas() {
+    let now = Timestamp::from_second(1_700_000_000).unwrap();
+    let mut g = group();
+    g.spec.replicas = 2;
+    g.spec.scaling.standby = 1;
+    let mut members: Vec<ObservedMember> = (0..3).map(ObservedMember::ready_for_test).collect();
+    members[2].phase = MemberPhase::Standby;
+    members[2].serving = false;
+    members[2].standby = true;
+    let planned = |m: &ObservedMember| crate::planner::PlannedMember {
+        name: m.name.clone(),
+        index: m.index,
+        node: "n".into(),
+        devices: Vec::new(),
+        allocation: None,
+        joiner: false,
+        standby: m.standby,
+    };
+    let plan = Plan {
+        members: members.iter().map(planned).collect(),
+        ..Plan::default()
+    };
+    let links = report(true, now);
+    let status = build(StatusInput {
+        group: &g,
+        members: &members,
+        plan: &plan,
+        outcome: &Outcome::default(),
+        nodes: &[],
+        invalid: None,
+        links: &links,
+        now,
+    });
+    assert_eq!(
+        (
+            status.replicas,
+            status.ready_replicas,
+            status.standby_replicas
+        ),
+        (2, 2, 1)
+    );
+    assert_eq!(status.members[2].phase, MemberPhase::Standby);
+    let ready = find_condition(&status.conditions, CONDITION_READY).unwrap();
+    assert_eq!(ready.status, "True", "{ready:?}");
+    assert!(ready.message.contains("1/1 standby warm"), "{ready:?}");
 }

@@ -12,6 +12,9 @@ use clap::{Parser, ValueEnum};
 pub enum Strategy {
     Incremental,
     Rebuild,
+    /// Incremental with `scaling.standby: k`: the k joiners are warm standby members
+    /// before the scale request, which then only opens their readiness gates.
+    Standby,
 }
 
 impl Strategy {
@@ -20,20 +23,31 @@ impl Strategy {
         match s.trim().to_ascii_lowercase().as_str() {
             "incremental" | "inc" => Ok(Strategy::Incremental),
             "rebuild" | "reb" => Ok(Strategy::Rebuild),
-            other => Err(format!("unknown strategy {other:?} (incremental, rebuild)")),
+            "standby" | "sby" => Ok(Strategy::Standby),
+            other => Err(format!(
+                "unknown strategy {other:?} (incremental, rebuild, standby)"
+            )),
         }
     }
     pub fn name(self) -> &'static str {
         match self {
             Strategy::Incremental => "incremental",
             Strategy::Rebuild => "rebuild",
+            Strategy::Standby => "standby",
         }
     }
     /// The CRD's spelling.
     pub fn crd(self) -> &'static str {
         match self {
-            Strategy::Incremental => "Incremental",
+            Strategy::Incremental | Strategy::Standby => "Incremental",
             Strategy::Rebuild => "Rebuild",
+        }
+    }
+    /// The report's word: the CRD's strategy, or what the standby case adds to it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Strategy::Standby => "Incremental, from a warm standby",
+            s => s.crd(),
         }
     }
     /// The group-name part.
@@ -41,6 +55,7 @@ impl Strategy {
         match self {
             Strategy::Incremental => "inc",
             Strategy::Rebuild => "reb",
+            Strategy::Standby => "sby",
         }
     }
 }
@@ -91,11 +106,16 @@ pub struct Args {
     #[arg(long, value_name = "LIST", value_delimiter = ',', default_values_t = [1, 2, 4],
           value_parser = joiners)]
     pub joiners: Vec<usize>,
-    /// incremental, rebuild or both.
+    /// incremental, rebuild, standby (incremental served from k warm standby members),
+    /// any of them.
     #[arg(long, value_name = "LIST", value_delimiter = ',',
           default_values_t = [Strategy::Incremental, Strategy::Rebuild],
           value_parser = Strategy::parse)]
     pub strategies: Vec<Strategy>,
+    /// Runs of each (strategy, joiners) pair; the targets are judged on their median.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub repeat: u32,
     /// Rewrite the scaleout section of FILE (e.g. docs/benchmarks.md).
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,

@@ -206,9 +206,11 @@ async fn run_all(
             }
         };
         links.push((rate, link));
-        // k-major order, strategies interleaved: background load hits both alike.
+        // k-major order, strategies (and repeats) interleaved: background load hits all
+        // alike.
         for &k in &args.joiners {
-            for &strategy in &args.strategies {
+            let order = (0..args.repeat).flat_map(|_| args.strategies.iter().copied());
+            for strategy in order {
                 seed += 1;
                 let r = run::run_one(bed, &timeline, args, clock, rate, strategy, k, seed)
                     .await

@@ -85,11 +85,16 @@ pub async fn run_one(
     bed.kubectl_apply(&group_manifest(
         &group,
         strategy,
+        k,
         &source,
         &digest,
         args.connect_timeout_s,
     )?)?;
     let before = bed.wait_pool_ready(NS, &group, 1, args.timeout()).await?;
+    if strategy == Strategy::Standby {
+        clock.say(format!("{group}: waiting for {k} warm standby member(s)"));
+        bed.wait_standby_warm(NS, &group, k, args.timeout()).await?;
+    }
     // Let the first member's start-up (import, health probes) settle.
     tokio::time::sleep(Duration::from_secs(1)).await;
 
@@ -128,7 +133,7 @@ pub async fn run_one(
         .filter(|m| !before.iter().any(|b| b.uid == m.uid))
         .collect();
     match strategy {
-        Strategy::Incremental => ensure!(
+        Strategy::Incremental | Strategy::Standby => ensure!(
             new.len() == k,
             "incremental: the first member must be kept; before {before:?}, after {after:?}"
         ),
@@ -157,6 +162,10 @@ pub async fn run_one(
         .iter()
         .max_by_key(|m| m.synced.unwrap_or(Duration::MAX));
     let secs = |a: Option<Duration>, b: Option<Duration>| Some(b?.saturating_sub(a?).as_secs_f64());
+    // A promoted standby verified, synced and joined before the scale request: only its
+    // gate is part of this scale-out.
+    let joined_before = strategy == Strategy::Standby;
+    let slowest = slowest.filter(|_| !joined_before);
     let verify_s = slowest.and_then(|m| secs(m.created, m.verified));
     let sync_s = slowest.and_then(|m| secs(m.verified, m.synced));
     let join_s = slowest.and_then(|m| secs(m.synced, m.ready));
@@ -175,9 +184,10 @@ pub async fn run_one(
         .iter()
         .filter_map(|m| m.created)
         .min()
+        .filter(|_| !joined_before)
         .map(|c| c.saturating_sub(start).as_secs_f64());
     let teardown_s = match strategy {
-        Strategy::Incremental => None,
+        Strategy::Incremental | Strategy::Standby => None,
         Strategy::Rebuild => before
             .first()
             .and_then(|b| timeline.member(&b.name)?.deleted)
@@ -229,11 +239,13 @@ pub async fn run_one(
 }
 
 /// The decode example's `HcommGroup`, renamed, with one member of one device, the
-/// strategy, room for every joiner at once (`maxJoining`, `maxReplicas`), the connect
-/// timeout, and the weights pointed at `source`.
+/// strategy (with `k` warm standby members for [`Strategy::Standby`]), room for every
+/// joiner at once (`maxJoining`, `maxReplicas`), the connect timeout, and the weights
+/// pointed at `source`.
 fn group_manifest(
     group: &str,
     strategy: Strategy,
+    k: usize,
     source: &Path,
     digest: &str,
     connect_timeout_s: u32,
@@ -258,6 +270,9 @@ fn group_manifest(
     spec["devicesPerMember"] = 1.into();
     spec["scaling"]["strategy"] = strategy.crd().into();
     spec["scaling"]["maxJoining"] = 16.into();
+    if strategy == Strategy::Standby {
+        spec["scaling"]["standby"] = k.into();
+    }
     spec["comm"]["connectTimeoutSeconds"] = connect_timeout_s.into();
     spec["weights"] = serde_json::json!({
         "source": source.display().to_string(),
