@@ -6,8 +6,10 @@
 //! a local source only below the roots the cluster admin configured
 //! (`--weights-source-root`; none by default = peers only), and only plain directories
 //! and regular files: an absolute path outside the roots, a `..`, a symlink (on the way
-//! or inside the tree), a device, a FIFO or a socket is a [`SourceRefused`] naming the
-//! path and the reason, returned before a byte of any file is read.
+//! or inside the tree), a device, a FIFO, a socket or a file with more than one hard link
+//! is a [`SourceRefused`] naming the path and the reason, returned before a byte of any
+//! file is read. A hard link is a symlink that cannot be seen: the same inode may also sit
+//! outside the roots (a token, a key), linked in by whoever may write below a root.
 //!
 //! Why not `canonicalize` the path, compare it with the roots, then open it: those are
 //! two lookups of the same names, and whoever may write below a root can swap a checked
@@ -49,6 +51,10 @@ pub enum Refusal {
     Special(&'static str),
     #[error("is not a directory")]
     NotADirectory,
+    #[error(
+        "has {0} hard links (one may lie outside the source roots; copy the file in instead)"
+    )]
+    HardLinked(u64),
     #[error("nests deeper than {MAX_DEPTH} directories")]
     TooDeep,
     #[error("cannot be opened: {0}")]
@@ -328,6 +334,9 @@ impl SourceDir {
                 Ok(Kind::Dir) => {
                     visit(SourceEntry::Dir(&child))?;
                     self.walk_dir(&handle, &child, depth + 1, visit)?;
+                }
+                Ok(Kind::File) if meta.nlink() > 1 => {
+                    return Err(refused(shown, Refusal::HardLinked(meta.nlink())).into());
                 }
                 Ok(Kind::File) => {
                     let file = SourceFile {

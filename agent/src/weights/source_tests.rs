@@ -191,6 +191,25 @@ fn devices_and_sockets_are_refused() {
 }
 
 #[test]
+fn a_hard_linked_file_is_refused_before_it_is_read() {
+    let tmp = temp("hardlink");
+    let src = tmp.join("src");
+    fs::create_dir_all(&src).unwrap();
+    // The "secret" lives outside the source; a second name for it sits inside.
+    let outside = tmp.join("secret");
+    fs::write(&outside, b"token").unwrap();
+    fs::write(src.join("a.bin"), b"weights").unwrap();
+    fs::hard_link(&outside, src.join("b.bin")).unwrap();
+    let e = roots(&[&tmp]).open(&src).unwrap().check().unwrap_err();
+    assert!(e.to_string().contains("hard links"), "{e}");
+    assert_eq!((e.path, e.why), (src.join("b.bin"), Refusal::HardLinked(2)));
+    // Once the second name is gone the same file is a plain file again.
+    fs::remove_file(&outside).unwrap();
+    roots(&[&tmp]).open(&src).unwrap().check().unwrap();
+    let _ = fs::remove_dir_all(&tmp);
+}
+
+#[test]
 fn a_too_deep_tree_is_refused() {
     let tmp = temp("deep");
     let mut p = tmp.join("src");
