@@ -75,9 +75,11 @@ pub async fn apply(
         } else {
             "promote from standby"
         };
-        pods.patch(member, &PatchParams::default(), &Patch::Merge(&patch))
+        let written = pods
+            .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(Error::kube(format!("{action} {namespace}/{member}")))?;
+        ctx.expected.wrote(&written);
         info!(%member, standby, "{action}");
         outcome.relabelled.push((member.clone(), *standby));
     }
@@ -99,12 +101,14 @@ pub async fn apply(
     };
     for joiner in joiners {
         let pod = pod_builder::build(group, joiner, plan.epoch, world);
-        pods.patch(&joiner.name, &params, &Patch::Apply(&pod))
+        let written = pods
+            .patch(&joiner.name, &params, &Patch::Apply(&pod))
             .await
             .map_err(Error::kube(format!(
                 "create member Pod {namespace}/{}",
                 joiner.name
             )))?;
+        ctx.expected.wrote(&written);
         info!(member = %joiner.name, node = %joiner.node, index = joiner.index, "created member");
         outcome.created.push(joiner.name.clone());
     }
@@ -121,11 +125,13 @@ pub async fn apply(
         let patch = serde_json::json!({
             "metadata": { "annotations": { ANNOTATION_DRAIN_REQUESTED: now } }
         });
-        pods.patch(victim, &PatchParams::default(), &Patch::Merge(&patch))
+        let written = pods
+            .patch(victim, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(Error::kube(format!(
                 "request drain of {namespace}/{victim}"
             )))?;
+        ctx.expected.wrote(&written);
         info!(member = %victim, "requested drain");
         outcome.drain_requested.push(victim.clone());
     }

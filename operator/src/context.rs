@@ -32,8 +32,12 @@ pub struct Context {
     /// Held from reading the cluster to creating joiner Pods. Placement counts the devices
     /// every group's Pods hold, so two groups reconciled at once could otherwise both
     /// give a new member the same free device; with it, the second reads the first's
-    /// Pods (lists are served from etcd, not a cache).
+    /// Pods (from the cache once it shows them: `crate::cache`).
     pub placement: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// The running controller's watch caches, which reconciles read (`crate::cache`).
+    pub caches: crate::cache::SharedCaches,
+    /// The operator's Pod writes the Pod cache must show before the next plan.
+    pub expected: Arc<crate::cache::Expectations>,
     /// Per group (`namespace/name`), its members' recent failures (see `crate::backoff`).
     pub backoff: std::sync::Arc<
         std::sync::Mutex<std::collections::HashMap<String, crate::backoff::FailureBackoff>>,
@@ -61,6 +65,8 @@ impl Context {
             secrets_namespace: "default".to_owned(),
             links: LinkPolicy::default(),
             placement: std::sync::Arc::new(tokio::sync::Mutex::new(())),
+            caches: crate::cache::SharedCaches::default(),
+            expected: Arc::default(),
             backoff: std::sync::Arc::default(),
         }
     }

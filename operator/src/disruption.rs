@@ -43,9 +43,9 @@ pub fn is_cordoned(node: &Node) -> bool {
 }
 
 /// The names of the cordoned nodes among `nodes`.
-pub fn cordoned(nodes: &[Node]) -> BTreeSet<String> {
+pub fn cordoned<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> BTreeSet<String> {
     nodes
-        .iter()
+        .into_iter()
         .filter(|n| is_cordoned(n))
         .filter_map(|n| n.metadata.name.clone())
         .collect()

@@ -14,6 +14,7 @@ pub mod affinity;
 pub mod allocation;
 pub mod apply;
 pub mod backoff;
+pub mod cache;
 pub mod config;
 pub mod context;
 pub mod disruption;
@@ -165,6 +166,14 @@ pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
     let nodes: Api<HcommNode> = Api::all(client.clone());
+    // The member Pods: one watch fills the store reconciles read (`cache`) and triggers
+    // them, the store updated before each trigger is handed on.
+    let (pod_store, pod_writer) = reflector::store();
+    let pod_events = reflector::reflector(
+        pod_writer,
+        watcher(pods, watcher::Config::default().labels(LABEL_GROUP)).default_backoff(),
+    )
+    .touched_objects();
     // Only changes that can move a plan or a condition wake every group: agents republish
     // their HcommNode every few seconds (issue 20: 200 nodes kept 50 groups reconciling
     // without pause, seconds behind a scale request).
@@ -181,17 +190,27 @@ pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
     });
     // A Node cordoned (`kubectl drain`) or uncordoned: its members move (`disruption`).
     let mut cordons = disruption::CordonChanges::default();
-    let cordon_changes = watcher(Api::<Node>::all(client), watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
+    let (kube_node_store, kube_node_writer) = reflector::store();
+    let cordon_changes = reflector::reflector(
+        kube_node_writer,
+        watcher(Api::<Node>::all(client), watcher::Config::default()).default_backoff(),
+    )
+    .applied_objects()
         .filter_map(move |node| {
             let changed = node.ok().filter(|n| cordons.changed(n)).map(|_| ());
             async move { changed }
         });
     let controller = Controller::new(groups, watcher::Config::default());
     let group_store = controller.store();
+    // Reconciles read these from now on; they go when this controller stops.
+    let _caches = ctx.caches.install(cache::Caches {
+        pods: pod_store,
+        groups: group_store.clone(),
+        hcomm_nodes: node_store.clone(),
+        nodes: kube_node_store,
+    });
     let run = controller
-        .owns(pods, watcher::Config::default().labels(LABEL_GROUP))
+        .owns_stream(pod_events)
         .reconcile_all_on(futures::stream::select(node_changes, cordon_changes))
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {

@@ -1,18 +1,23 @@
 //! Fetch (the first step of the pipeline): read what the cluster holds about a group —
 //! its member Pods, the NPUs the operator's member Pods request per node, the Kubernetes
-//! Nodes' allocatable NPUs, the `HcommNode` inventories and the recorded rank table — and
-//! turn it into planner inputs (and, for the `LinksHealthy` condition, the link tests every
+//! Nodes' allocatable NPUs, the `HcommNode` inventories (from the controller's watch
+//! caches, see `crate::cache`) and the recorded rank table — and turn it into planner
+//! inputs (and, for the `LinksHealthy` condition, the link tests every
 //! node's agent published). The conversions are pure.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
 
 use hcomm_crds::contract::{LABEL_GROUP, LABEL_MANAGED_BY, MANAGER_NAME};
 use hcomm_crds::{DeviceHealth, HcommGroup, HcommNode, LinkTestResult, MemberPhase};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 
+use crate::cache::CACHE_WAIT;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::phase::{self, ObservedMember};
@@ -41,41 +46,99 @@ pub struct Observed {
     pub cordoned: BTreeSet<String>,
 }
 
+/// Everything a reconcile reads about the cluster besides its group's rank table: from
+/// the controller's caches when they are current (`crate::cache`), else listed.
+struct Snapshot {
+    pods: Vec<Arc<Pod>>,
+    groups: Groups,
+    hcomm_nodes: Vec<Arc<HcommNode>>,
+    nodes: Vec<Arc<Node>>,
+}
+
+impl Snapshot {
+    /// The caches' view, once they are synced and show every Pod write of the operator's
+    /// earlier reconciles; None when they do not within [`CACHE_WAIT`] (or no controller
+    /// runs).
+    async fn cached(ctx: &Context) -> Option<Snapshot> {
+        let caches = ctx.caches.get()?;
+        let ready = async {
+            caches.pods.wait_until_ready().await.ok()?;
+            caches.groups.wait_until_ready().await.ok()?;
+            caches.hcomm_nodes.wait_until_ready().await.ok()?;
+            caches.nodes.wait_until_ready().await.ok()?;
+            while !ctx.expected.settled(&caches.pods) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Some(())
+        };
+        match tokio::time::timeout(CACHE_WAIT, ready).await {
+            Ok(Some(())) => Some(Snapshot {
+                pods: caches.pods.state(),
+                groups: existing_groups(caches.groups.state().iter().map(|g| g.meta())),
+                hcomm_nodes: caches.hcomm_nodes.state(),
+                nodes: caches.nodes.state(),
+            }),
+            _ => {
+                tracing::warn!(
+                    wait = ?CACHE_WAIT,
+                    "the watch caches did not show the operator's own writes in time; listing instead"
+                );
+                None
+            }
+        }
+    }
+
+    /// Lists from the API server (served from etcd, current by definition).
+    async fn listed(ctx: &Context) -> Result<Snapshot> {
+        let (pods, groups): (Api<Pod>, Api<HcommGroup>) = match &ctx.namespace {
+            Some(ns) => (
+                Api::namespaced(ctx.client.clone(), ns),
+                Api::namespaced(ctx.client.clone(), ns),
+            ),
+            None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+        };
+        let pods = pods
+            .list(&ListParams::default().labels(LABEL_GROUP))
+            .await
+            .map_err(Error::kube("list member Pods of every group"))?;
+        let groups = groups
+            .list_metadata(&ListParams::default())
+            .await
+            .map_err(Error::kube("list HcommGroups"))?;
+        let hcomm_nodes = Api::<HcommNode>::all(ctx.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(Error::kube("list HcommNodes"))?;
+        let nodes = Api::<Node>::all(ctx.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(Error::kube("list Nodes"))?;
+        // What was written before is in etcd: nothing left to wait for.
+        ctx.expected.clear();
+        Ok(Snapshot {
+            pods: arcs(pods.items),
+            groups: existing_groups(groups.items.iter().map(|g| &g.metadata)),
+            hcomm_nodes: arcs(hcomm_nodes.items),
+            nodes: arcs(nodes.items),
+        })
+    }
+}
+
+fn arcs<K>(items: Vec<K>) -> Vec<Arc<K>> {
+    items.into_iter().map(Arc::new).collect()
+}
+
 /// Reads everything the planner needs about `group`.
 pub async fn fetch(ctx: &Context, group: &HcommGroup) -> Result<Observed> {
     let name = group.name_any();
     let namespace = group.namespace().unwrap_or_default();
-    let all_members: Api<Pod> = match &ctx.namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
+    let snapshot = match Snapshot::cached(ctx).await {
+        Some(s) => s,
+        None => Snapshot::listed(ctx).await?,
     };
-    let every = all_members
-        .list(&ListParams::default().labels(LABEL_GROUP))
-        .await
-        .map_err(Error::kube("list member Pods of every group"))?;
-    let groups: Api<HcommGroup> = match &ctx.namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
-    let groups = existing_groups(
-        &groups
-            .list_metadata(&ListParams::default())
-            .await
-            .map_err(Error::kube("list HcommGroups"))?
-            .items,
-    );
-    let nodes: Api<HcommNode> = Api::all(ctx.client.clone());
-    let nodes = nodes
-        .list(&ListParams::default())
-        .await
-        .map_err(Error::kube("list HcommNodes"))?;
-    let kube_nodes: Api<Node> = Api::all(ctx.client.clone());
-    let kube_nodes = kube_nodes
-        .list(&ListParams::default())
-        .await
-        .map_err(Error::kube("list Nodes"))?;
     let resource = group.spec.npu.resource_name.as_str();
-    let allocatable = allocatable(&kube_nodes.items, resource);
+    let allocatable = allocatable(snapshot.nodes.iter().map(AsRef::as_ref), resource);
+    // One GET, not served from a cache: the table is this group's own record (`recorded`).
     let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
     let config_map = config_maps
         .get_opt(&config_map_name(&name))
@@ -85,26 +148,22 @@ pub async fn fetch(ctx: &Context, group: &HcommGroup) -> Result<Observed> {
         )))?;
 
     let uid = group.meta().uid.clone();
+    let pods = || snapshot.pods.iter().map(AsRef::as_ref);
     // The group's own Pods are among every group's (one list, not two: issue 20).
-    let members = every
-        .items
-        .iter()
+    let members = pods()
         .filter(|pod| of_group(pod, &namespace, &name))
         .filter(|pod| owned_by(pod, uid.as_deref()))
         .filter_map(|pod| phase::observe(pod, resource))
         .collect();
+    let hcomm_nodes = || snapshot.hcomm_nodes.iter().map(AsRef::as_ref);
     Ok(Observed {
         members,
-        used_npus: used_npus(&every.items, resource, &groups),
-        nodes: nodes
-            .items
-            .iter()
-            .map(|n| inventory(n, &allocatable))
-            .collect(),
-        link_tests: link_tests(&nodes.items),
+        used_npus: used_npus(pods(), resource, &snapshot.groups),
+        nodes: hcomm_nodes().map(|n| inventory(n, &allocatable)).collect(),
+        link_tests: link_tests(hcomm_nodes()),
         recorded: recorded(config_map.as_ref(), group),
         config_map,
-        cordoned: crate::disruption::cordoned(&kube_nodes.items),
+        cordoned: crate::disruption::cordoned(snapshot.nodes.iter().map(AsRef::as_ref)),
     })
 }
 
@@ -124,14 +183,11 @@ fn owned_by(pod: &Pod, uid: Option<&str>) -> bool {
 /// The groups that exist, as (namespace, name, UID).
 pub type Groups = std::collections::BTreeSet<(String, String, String)>;
 
-/// The existing groups' identities (pure).
-pub fn existing_groups(metas: &[kube::core::PartialObjectMeta<HcommGroup>]) -> Groups {
+/// The existing groups' identities, from their metadata (pure).
+pub fn existing_groups<'a>(metas: impl IntoIterator<Item = &'a ObjectMeta>) -> Groups {
     metas
-        .iter()
-        .filter_map(|g| {
-            let m = &g.metadata;
-            Some((m.namespace.clone()?, m.name.clone()?, m.uid.clone()?))
-        })
+        .into_iter()
+        .filter_map(|m| Some((m.namespace.clone()?, m.name.clone()?, m.uid.clone()?)))
         .collect()
 }
 
@@ -158,9 +214,13 @@ pub fn operator_owned(pod: &Pod, groups: &Groups) -> bool {
 /// finished (Succeeded/Failed Pods release theirs). A Pod counts on its node once bound,
 /// and before that on the node its required affinity names (where the operator planned
 /// it), so a plan never hands out NPUs a Pod waiting for the scheduler was planned on.
-pub fn used_npus(pods: &[Pod], resource: &str, groups: &Groups) -> BTreeMap<String, u32> {
+pub fn used_npus<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    resource: &str,
+    groups: &Groups,
+) -> BTreeMap<String, u32> {
     let mut used: BTreeMap<String, u32> = BTreeMap::new();
-    for pod in pods.iter().filter(|p| operator_owned(p, groups)) {
+    for pod in pods.into_iter().filter(|p| operator_owned(p, groups)) {
         let finished = matches!(
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded" | "Failed")
@@ -193,9 +253,12 @@ pub fn used_npus(pods: &[Pod], resource: &str, groups: &Groups) -> BTreeMap<Stri
 }
 
 /// The allocatable NPUs of `resource` per Kubernetes Node.
-pub fn allocatable(nodes: &[Node], resource: &str) -> BTreeMap<String, u32> {
+pub fn allocatable<'a>(
+    nodes: impl IntoIterator<Item = &'a Node>,
+    resource: &str,
+) -> BTreeMap<String, u32> {
     nodes
-        .iter()
+        .into_iter()
         .filter_map(|n| {
             let q = n.status.as_ref()?.allocatable.as_ref()?.get(resource)?;
             Some((n.name_any(), count(q)?))
@@ -229,9 +292,11 @@ pub fn inventory(node: &HcommNode, allocatable: &BTreeMap<String, u32>) -> NodeI
 }
 
 /// The link tests of every node, by node name (nodes without results are left out).
-pub fn link_tests(nodes: &[HcommNode]) -> BTreeMap<String, Vec<LinkTestResult>> {
+pub fn link_tests<'a>(
+    nodes: impl IntoIterator<Item = &'a HcommNode>,
+) -> BTreeMap<String, Vec<LinkTestResult>> {
     nodes
-        .iter()
+        .into_iter()
         .filter_map(|node| {
             let tests = node.status.as_ref()?.link_tests.clone();
             (!tests.is_empty()).then(|| (node.spec.node_name.clone(), tests))

@@ -92,5 +92,5 @@ fn existing_groups_are_read_from_their_metadata() {
         "metadata": {"name": "decode", "namespace": "ai", "uid": "uid-decode"}
     }))
     .unwrap();
-    assert_eq!(existing_groups(&[g]), groups());
+    assert_eq!(existing_groups([&g.metadata]), groups());
 }

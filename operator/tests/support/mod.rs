@@ -448,6 +448,11 @@ impl Operator {
             .with_context(|| format!("no metric {name} in\n{text}"))
     }
 
+    /// Everything the operator logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
