@@ -7,23 +7,31 @@
 //! all four instead (the same watches that trigger reconciles: a store is updated before
 //! the event that wakes a reconcile is handed on), and a reconcile reads those.
 //!
-//! A store lags the operator's own writes by a watch round trip, and placement must never
-//! count a node's NPUs without the Pods the previous reconcile just created there (two
-//! groups would get the same free NPU). So every Pod write of `apply` is recorded here with
-//! the resource version the API server returned, and a reconcile, under the placement
-//! lock, first waits until the Pod store holds each of them at that version or newer
-//! ([`Expectations::settled`]) — what client-go's controllers call expectations. Within
-//! [`CACHE_WAIT`] it nearly always does; otherwise the reconcile lists from the API
-//! server as before (correct, only slower).
+//! A store lags the operator's own writes by a watch round trip. Two things must never be
+//! planned from a store that does not show them yet:
+//! - a group's own members: a reconcile of a group that has not seen the Pods its last
+//!   reconcile created would create them again. Every Pod write of `apply` is recorded
+//!   with the resource version the API server returned, and a reconcile first waits until
+//!   the store holds its group's writes at that version or newer ([`Expectations`], what
+//!   client-go's controllers call expectations). Within [`CACHE_WAIT`] it nearly always
+//!   does; otherwise the reconcile lists from the API server (correct, only slower).
+//! - every group's NPUs: placement must count a node's NPUs with the Pods other groups
+//!   just created there, or two groups get the same free NPU. A plan's joiners are
+//!   assumed on their nodes while the placement lock is held ([`Assumed`], as
+//!   kube-scheduler assumes a Pod before binding it) and count until the store shows
+//!   their Pods; the lock covers reading, planning and assuming — microseconds from the
+//!   store — not the API calls that follow, so fifty groups do not queue behind each
+//!   other's writes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use hcomm_crds::contract::LABEL_GROUP;
 use hcomm_crds::{HcommGroup, HcommNode};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
 
 /// How long a reconcile waits for the Pod store to catch up with the operator's own
 /// writes before it lists from the API server instead.
@@ -70,40 +78,113 @@ impl Drop for Installed {
     }
 }
 
-/// Pod writes the store must show before the next reconcile plans: `namespace/name` → the
-/// resource version the API server answered the write with.
+/// A group: `(namespace, name)`.
+pub type GroupKey = (String, String);
+
+/// The operator's member-Pod writes a group's next reconcile must see in the store: per
+/// group, Pod name → the resource version the API server answered the write with.
 #[derive(Default)]
-pub struct Expectations(Mutex<HashMap<(String, String), String>>);
+pub struct Expectations(Mutex<HashMap<GroupKey, HashMap<String, String>>>);
 
 impl Expectations {
-    /// Records a write of `pod` (the API server's answer to a create or patch).
+    /// Records a write of the member Pod `pod` (the API server's answer to a create or
+    /// patch); its group is its `hcomm.io/group` label.
     pub fn wrote(&self, pod: &Pod) {
-        let (Some(ns), Some(rv)) = (pod.namespace(), pod.resource_version()) else {
+        let (Some(ns), Some(rv), Some(group)) = (
+            pod.namespace(),
+            pod.resource_version(),
+            pod.labels().get(LABEL_GROUP).cloned(),
+        ) else {
             return;
         };
-        self.lock().insert((ns, pod.name_any()), rv);
+        lock(&self.0)
+            .entry((ns, group))
+            .or_default()
+            .insert(pod.name_any(), rv);
     }
 
-    /// Whether `pods` shows every recorded write (forgetting those it does).
-    pub fn settled(&self, pods: &Store<Pod>) -> bool {
-        let mut pending = self.lock();
-        pending.retain(|(ns, name), rv| {
+    /// Whether `pods` shows every recorded write of `group`'s Pods (forgetting those it
+    /// does).
+    pub fn settled(&self, group: &GroupKey, pods: &Store<Pod>) -> bool {
+        let mut all = lock(&self.0);
+        let Some(pending) = all.get_mut(group) else {
+            return true;
+        };
+        pending.retain(|name, rv| {
             let seen = pods
-                .get(&ObjectRef::new(name).within(ns))
+                .get(&ObjectRef::new(name).within(&group.0))
                 .and_then(|p| p.resource_version());
             !seen.is_some_and(|have| at_least(&have, rv))
         });
-        pending.is_empty()
+        let done = pending.is_empty();
+        if done {
+            all.remove(group);
+        }
+        done
     }
 
-    /// Forgets every recorded write (after a reconcile listed from the API server).
-    pub fn clear(&self) {
-        self.lock().clear();
+    /// Forgets `group`'s recorded writes (its reconcile listed from the API server).
+    pub fn clear(&self, group: &GroupKey) {
+        lock(&self.0).remove(group);
+    }
+}
+
+/// How long an assumed joiner counts without its Pod in the store: a create that failed
+/// without the operator knowing (it crashed mid-reconcile) frees its NPUs after this.
+pub const ASSUME_TTL: Duration = Duration::from_secs(30);
+
+/// A joiner's NPUs, promised to it before its Pod exists.
+#[derive(Debug, Clone)]
+struct Assumption {
+    node: String,
+    resource: String,
+    npus: u32,
+    at: Instant,
+}
+
+/// NPUs promised to joiner Pods the store does not show yet, by `(namespace, Pod name)`.
+#[derive(Default)]
+pub struct Assumed(Mutex<HashMap<(String, String), Assumption>>);
+
+impl Assumed {
+    /// Promises `npus` of `resource` on `node` to the Pod `namespace/name` (call it with
+    /// the placement lock held, before the lock is released).
+    pub fn assume(&self, namespace: &str, name: &str, node: &str, resource: &str, npus: u32) {
+        lock(&self.0).insert(
+            (namespace.to_owned(), name.to_owned()),
+            Assumption {
+                node: node.to_owned(),
+                resource: resource.to_owned(),
+                npus,
+                at: Instant::now(),
+            },
+        );
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), String>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    /// Withdraws the promise to `namespace/name` (its Pod was not created).
+    pub fn forget(&self, namespace: &str, name: &str) {
+        lock(&self.0).remove(&(namespace.to_owned(), name.to_owned()));
     }
+
+    /// Adds to `used` the NPUs of `resource` promised to Pods that `present` does not know
+    /// yet; forgets promises whose Pod it knows (it counts there now) or that expired.
+    pub fn add_to(
+        &self,
+        used: &mut BTreeMap<String, u32>,
+        resource: &str,
+        present: impl Fn(&str, &str) -> bool,
+    ) {
+        let now = Instant::now();
+        let mut all = lock(&self.0);
+        all.retain(|(ns, name), a| !present(ns, name) && now.duration_since(a.at) < ASSUME_TTL);
+        for a in all.values().filter(|a| a.resource == resource) {
+            *used.entry(a.node.clone()).or_default() += a.npus;
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Whether resource version `have` is `want` or newer. Resource versions are opaque to
@@ -124,9 +205,14 @@ mod tests {
 
     fn pod(name: &str, rv: &str) -> Pod {
         serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv,
+                         "labels": {(LABEL_GROUP): "g"}}
         }))
         .unwrap()
+    }
+
+    fn g() -> GroupKey {
+        ("ns".into(), "g".into())
     }
 
     #[test]
@@ -140,18 +226,46 @@ mod tests {
     fn a_write_is_settled_once_the_store_holds_it_at_that_version_or_newer() {
         let (reader, mut writer) = store::<Pod>();
         let expected = Expectations::default();
-        assert!(expected.settled(&reader), "nothing written");
+        assert!(expected.settled(&g(), &reader), "nothing written");
         expected.wrote(&pod("a", "10"));
         expected.wrote(&pod("b", "11"));
-        assert!(!expected.settled(&reader), "the store has neither");
+        assert!(!expected.settled(&g(), &reader), "the store has neither");
+        let other: GroupKey = ("ns".into(), "other".into());
+        assert!(
+            expected.settled(&other, &reader),
+            "another group waits for nothing"
+        );
         writer.apply_watcher_event(&Event::Apply(pod("a", "9")));
         writer.apply_watcher_event(&Event::Apply(pod("b", "12")));
-        assert!(!expected.settled(&reader), "a is older than the write");
+        assert!(
+            !expected.settled(&g(), &reader),
+            "a is older than the write"
+        );
         writer.apply_watcher_event(&Event::Apply(pod("a", "10")));
-        assert!(expected.settled(&reader));
+        assert!(expected.settled(&g(), &reader));
         expected.wrote(&pod("c", "13"));
-        expected.clear();
-        assert!(expected.settled(&reader));
+        expected.clear(&g());
+        assert!(expected.settled(&g(), &reader));
+    }
+
+    #[test]
+    fn an_assumed_joiner_counts_on_its_node_until_the_store_shows_its_pod() {
+        let assumed = Assumed::default();
+        assumed.assume("ns", "a-0", "n1", "npu", 2);
+        assumed.assume("ns", "b-0", "n1", "other", 8);
+        let mut used = BTreeMap::from([("n1".to_owned(), 1)]);
+        assumed.add_to(&mut used, "npu", |_, _| false);
+        assert_eq!(used["n1"], 3, "the store's 1 and the promised 2");
+        // The store shows the Pod: it counts there, not twice.
+        let mut used = BTreeMap::from([("n1".to_owned(), 3)]);
+        assumed.add_to(&mut used, "npu", |_, name| name == "a-0");
+        assert_eq!(used["n1"], 3);
+        let mut used = BTreeMap::new();
+        assumed.add_to(&mut used, "npu", |_, _| false);
+        assert!(used.is_empty(), "forgotten once seen");
+        assumed.forget("ns", "b-0");
+        assumed.add_to(&mut used, "other", |_, _| false);
+        assert!(used.is_empty(), "withdrawn");
     }
 
     #[test]

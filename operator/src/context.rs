@@ -29,15 +29,18 @@ pub struct Context {
     pub secrets_namespace: String,
     /// When a link test is too old to count, and when a link is slow.
     pub links: LinkPolicy,
-    /// Held from reading the cluster to creating joiner Pods. Placement counts the devices
-    /// every group's Pods hold, so two groups reconciled at once could otherwise both
-    /// give a new member the same free device; with it, the second reads the first's
-    /// Pods (from the cache once it shows them: `crate::cache`).
+    /// Held from reading the cluster to assuming the plan's joiners on their nodes.
+    /// Placement counts the devices every group's Pods hold, so two groups reconciled at
+    /// once could otherwise both give a new member the same free device; with it, the
+    /// second counts the first's joiners (assumed until the cache shows their Pods:
+    /// `crate::cache`).
     pub placement: std::sync::Arc<tokio::sync::Mutex<()>>,
     /// The running controller's watch caches, which reconciles read (`crate::cache`).
     pub caches: crate::cache::SharedCaches,
-    /// The operator's Pod writes the Pod cache must show before the next plan.
+    /// The operator's Pod writes the Pod cache must show before a group's next plan.
     pub expected: Arc<crate::cache::Expectations>,
+    /// NPUs promised to joiners whose Pods the cache does not show yet.
+    pub assumed: Arc<crate::cache::Assumed>,
     /// Per group (`namespace/name`), its members' recent failures (see `crate::backoff`).
     pub backoff: std::sync::Arc<
         std::sync::Mutex<std::collections::HashMap<String, crate::backoff::FailureBackoff>>,
@@ -67,6 +70,7 @@ impl Context {
             placement: std::sync::Arc::new(tokio::sync::Mutex::new(())),
             caches: crate::cache::SharedCaches::default(),
             expected: Arc::default(),
+            assumed: Arc::default(),
             backoff: std::sync::Arc::default(),
         }
     }

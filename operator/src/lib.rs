@@ -196,10 +196,10 @@ pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
         watcher(Api::<Node>::all(client), watcher::Config::default()).default_backoff(),
     )
     .applied_objects()
-        .filter_map(move |node| {
-            let changed = node.ok().filter(|n| cordons.changed(n)).map(|_| ());
-            async move { changed }
-        });
+    .filter_map(move |node| {
+        let changed = node.ok().filter(|n| cordons.changed(n)).map(|_| ());
+        async move { changed }
+    });
     let controller = Controller::new(groups, watcher::Config::default());
     let group_store = controller.store();
     // Reconciles read these from now on; they go when this controller stops.

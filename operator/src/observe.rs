@@ -46,8 +46,60 @@ pub struct Observed {
     pub cordoned: BTreeSet<String>,
 }
 
-/// Everything a reconcile reads about the cluster besides its group's rank table: from
-/// the controller's caches when they are current (`crate::cache`), else listed.
+/// What a reconcile reads before it takes the placement lock: its group's rank table, and
+/// whether the watch caches are current for the group (they show every member-Pod write
+/// of its earlier reconciles: `crate::cache`).
+pub struct Prepared {
+    config_map: Option<ConfigMap>,
+    cache_current: bool,
+}
+
+/// Reads the group's rank table and waits (up to [`CACHE_WAIT`]) for the caches to show
+/// the group's own writes. Call it before taking the placement lock.
+pub async fn prepare(ctx: &Context, group: &HcommGroup) -> Result<Prepared> {
+    let name = group.name_any();
+    let namespace = group.namespace().unwrap_or_default();
+    let key = (namespace.clone(), name.clone());
+    let cache_current = match ctx.caches.get() {
+        None => false,
+        Some(caches) => {
+            let current = async {
+                caches.pods.wait_until_ready().await.ok()?;
+                caches.groups.wait_until_ready().await.ok()?;
+                caches.hcomm_nodes.wait_until_ready().await.ok()?;
+                caches.nodes.wait_until_ready().await.ok()?;
+                while !ctx.expected.settled(&key, &caches.pods) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Some(())
+            };
+            let ok = matches!(
+                tokio::time::timeout(CACHE_WAIT, current).await,
+                Ok(Some(()))
+            );
+            if !ok {
+                tracing::warn!(
+                    wait = ?CACHE_WAIT,
+                    "the watch caches did not show the group's own writes in time; listing instead"
+                );
+            }
+            ok
+        }
+    };
+    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
+    let config_map = config_maps
+        .get_opt(&config_map_name(&name))
+        .await
+        .map_err(Error::kube(format!(
+            "read rank table of {namespace}/{name}"
+        )))?;
+    Ok(Prepared {
+        config_map,
+        cache_current,
+    })
+}
+
+/// Everything a reconcile reads about the cluster besides its group's rank table.
 struct Snapshot {
     pods: Vec<Arc<Pod>>,
     groups: Groups,
@@ -56,35 +108,13 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    /// The caches' view, once they are synced and show every Pod write of the operator's
-    /// earlier reconciles; None when they do not within [`CACHE_WAIT`] (or no controller
-    /// runs).
-    async fn cached(ctx: &Context) -> Option<Snapshot> {
-        let caches = ctx.caches.get()?;
-        let ready = async {
-            caches.pods.wait_until_ready().await.ok()?;
-            caches.groups.wait_until_ready().await.ok()?;
-            caches.hcomm_nodes.wait_until_ready().await.ok()?;
-            caches.nodes.wait_until_ready().await.ok()?;
-            while !ctx.expected.settled(&caches.pods) {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            Some(())
-        };
-        match tokio::time::timeout(CACHE_WAIT, ready).await {
-            Ok(Some(())) => Some(Snapshot {
-                pods: caches.pods.state(),
-                groups: existing_groups(caches.groups.state().iter().map(|g| g.meta())),
-                hcomm_nodes: caches.hcomm_nodes.state(),
-                nodes: caches.nodes.state(),
-            }),
-            _ => {
-                tracing::warn!(
-                    wait = ?CACHE_WAIT,
-                    "the watch caches did not show the operator's own writes in time; listing instead"
-                );
-                None
-            }
+    /// The caches' view (no API call).
+    fn cached(caches: &crate::cache::Caches) -> Snapshot {
+        Snapshot {
+            pods: caches.pods.state(),
+            groups: existing_groups(caches.groups.state().iter().map(|g| g.meta())),
+            hcomm_nodes: caches.hcomm_nodes.state(),
+            nodes: caches.nodes.state(),
         }
     }
 
@@ -113,8 +143,6 @@ impl Snapshot {
             .list(&ListParams::default())
             .await
             .map_err(Error::kube("list Nodes"))?;
-        // What was written before is in etcd: nothing left to wait for.
-        ctx.expected.clear();
         Ok(Snapshot {
             pods: arcs(pods.items),
             groups: existing_groups(groups.items.iter().map(|g| &g.metadata)),
@@ -128,25 +156,24 @@ fn arcs<K>(items: Vec<K>) -> Vec<Arc<K>> {
     items.into_iter().map(Arc::new).collect()
 }
 
-/// Reads everything the planner needs about `group`.
-pub async fn fetch(ctx: &Context, group: &HcommGroup) -> Result<Observed> {
+/// Reads everything the planner needs about `group`: from the caches when `prepared` found
+/// them current, else listed. Call it with the placement lock held: the NPUs it counts
+/// include those assumed for other groups' joiners whose Pods the cache does not show yet.
+pub async fn fetch(ctx: &Context, group: &HcommGroup, prepared: Prepared) -> Result<Observed> {
     let name = group.name_any();
     let namespace = group.namespace().unwrap_or_default();
-    let snapshot = match Snapshot::cached(ctx).await {
-        Some(s) => s,
-        None => Snapshot::listed(ctx).await?,
+    let caches = ctx.caches.get().filter(|_| prepared.cache_current);
+    let snapshot = match &caches {
+        Some(c) => Snapshot::cached(c),
+        None => {
+            let listed = Snapshot::listed(ctx).await?;
+            // Everything the group wrote is in etcd, so in this list.
+            ctx.expected.clear(&(namespace.clone(), name.clone()));
+            listed
+        }
     };
     let resource = group.spec.npu.resource_name.as_str();
     let allocatable = allocatable(snapshot.nodes.iter().map(AsRef::as_ref), resource);
-    // One GET, not served from a cache: the table is this group's own record (`recorded`).
-    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
-    let config_map = config_maps
-        .get_opt(&config_map_name(&name))
-        .await
-        .map_err(Error::kube(format!(
-            "read rank table of {namespace}/{name}"
-        )))?;
-
     let uid = group.meta().uid.clone();
     let pods = || snapshot.pods.iter().map(AsRef::as_ref);
     // The group's own Pods are among every group's (one list, not two: issue 20).
@@ -155,14 +182,21 @@ pub async fn fetch(ctx: &Context, group: &HcommGroup) -> Result<Observed> {
         .filter(|pod| owned_by(pod, uid.as_deref()))
         .filter_map(|pod| phase::observe(pod, resource))
         .collect();
+    let mut used = used_npus(pods(), resource, &snapshot.groups);
+    let present: BTreeSet<(String, String)> = pods()
+        .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
+        .collect();
+    ctx.assumed.add_to(&mut used, resource, |ns, pod| {
+        present.contains(&(ns.to_owned(), pod.to_owned()))
+    });
     let hcomm_nodes = || snapshot.hcomm_nodes.iter().map(AsRef::as_ref);
     Ok(Observed {
         members,
-        used_npus: used_npus(pods(), resource, &snapshot.groups),
+        used_npus: used,
         nodes: hcomm_nodes().map(|n| inventory(n, &allocatable)).collect(),
         link_tests: link_tests(hcomm_nodes()),
-        recorded: recorded(config_map.as_ref(), group),
-        config_map,
+        recorded: recorded(prepared.config_map.as_ref(), group),
+        config_map: prepared.config_map,
         cordoned: crate::disruption::cordoned(snapshot.nodes.iter().map(AsRef::as_ref)),
     })
 }

@@ -71,8 +71,11 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
         // Evictions (`kubectl drain`) are refused; members leave through hcomm's drain.
         pdb::ensure(&ctx.client, group).await?;
     }
+    let prepared = observe::prepare(ctx, group).await?;
+    // From reading every group's NPUs to assuming this plan's joiners on their nodes
+    // (`crate::cache`): no API call in between when the caches are current.
     let placement = ctx.placement.lock().await;
-    let observed = observe::fetch(ctx, group).await?;
+    let observed = observe::fetch(ctx, group, prepared).await?;
     let now = Timestamp::now();
     // Links are assessed once per reconcile; the decisions and the status both read it.
     let links = assess_links(&observed, ctx.links, now);
@@ -95,6 +98,14 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
     // The planner's plan, with members on cordoned nodes moved off (`disruption`).
     let budget = disruption::Budget::of(&group.spec.scaling);
     let plan = disruption::plan(&input, &observed.cordoned, budget);
+    let namespace = group.namespace().unwrap_or_default();
+    let resource = group.spec.npu.resource_name.as_str();
+    let npus = u32::try_from(group.spec.devices_per_member).unwrap_or(0);
+    for joiner in plan.joiners() {
+        ctx.assumed
+            .assume(&namespace, &joiner.name, &joiner.node, resource, npus);
+    }
+    drop(placement);
     tracing::Span::current().record("epoch", plan.epoch);
     // The plan's revision is kept before any Pod of it exists (`crate::revision_history`).
     if !deleting && revision_history::needed(group) {
@@ -103,7 +114,12 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
     // Before the plan's Pods exist, so Volcano finds their PodGroup when they arrive.
     let pod_group = podgroup::sync(ctx, group, &plan).await;
     let outcome = apply::apply(ctx, group, &observed, &plan).await?;
-    drop(placement);
+    // Joiners the plan had but `apply` did not create (a refused layout) hold nothing.
+    for joiner in plan.joiners() {
+        if !outcome.created.contains(&joiner.name) {
+            ctx.assumed.forget(&namespace, &joiner.name);
+        }
+    }
     let links = links_after(&links, &members, &outcome);
     update_status(
         ctx,

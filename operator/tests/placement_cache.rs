@@ -22,7 +22,13 @@ fn requested(pod: &Pod) -> u32 {
     pod.spec
         .iter()
         .flat_map(|s| &s.containers)
-        .filter_map(|c| c.resources.as_ref()?.limits.as_ref()?.get(RESOURCE_ASCEND910))
+        .filter_map(|c| {
+            c.resources
+                .as_ref()?
+                .limits
+                .as_ref()?
+                .get(RESOURCE_ASCEND910)
+        })
         .filter_map(|q| q.0.parse::<u32>().ok())
         .sum()
 }
@@ -48,7 +54,12 @@ fn groups_created_at_once_fill_the_nodes_exactly_and_never_share_an_npu() {
             cluster.apply_group(group_manifest(g, 2, 1, 60)).await?;
         }
         let pods = wait_until("every member Pod of the three groups", || async {
-            let pods = cluster.pods().list(&ListParams::default()).await.ok()?.items;
+            let pods = cluster
+                .pods()
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items;
             (pods.len() == NODES * NPUS_PER_NODE as usize).then_some(pods)
         })
         .await

@@ -51,9 +51,7 @@ pub enum Refusal {
     Special(&'static str),
     #[error("is not a directory")]
     NotADirectory,
-    #[error(
-        "has {0} hard links (one may lie outside the source roots; copy the file in instead)"
-    )]
+    #[error("has {0} hard links (one may lie outside the source roots; copy the file in instead)")]
     HardLinked(u64),
     #[error("nests deeper than {MAX_DEPTH} directories")]
     TooDeep,
