@@ -79,7 +79,7 @@ pub async fn apply(
             .patch(member, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(Error::kube(format!("{action} {namespace}/{member}")))?;
-        ctx.expected.wrote(&written);
+        ctx.expected.patched(&written);
         info!(%member, standby, "{action}");
         outcome.relabelled.push((member.clone(), *standby));
     }
@@ -108,7 +108,7 @@ pub async fn apply(
                 "create member Pod {namespace}/{}",
                 joiner.name
             )))?;
-        ctx.expected.wrote(&written);
+        ctx.expected.created(&written);
         info!(member = %joiner.name, node = %joiner.node, index = joiner.index, "created member");
         outcome.created.push(joiner.name.clone());
     }
@@ -131,7 +131,7 @@ pub async fn apply(
             .map_err(Error::kube(format!(
                 "request drain of {namespace}/{victim}"
             )))?;
-        ctx.expected.wrote(&written);
+        ctx.expected.patched(&written);
         info!(member = %victim, "requested drain");
         outcome.drain_requested.push(victim.clone());
     }
@@ -162,6 +162,8 @@ pub async fn apply(
                 });
             }
         }
+        let group_key = (namespace.clone(), group.name_any());
+        ctx.expected.deleted(&group_key, &removal.name);
         info!(member = %removal.name, reason = ?removal.reason, "deleted member");
         outcome.deleted.push(removal.clone());
     }

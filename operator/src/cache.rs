@@ -42,6 +42,9 @@ pub const CACHE_WAIT: Duration = Duration::from_secs(5);
 pub struct Caches {
     /// Member Pods (label `hcomm.io/group`) of every group in the watched scope.
     pub pods: Store<Pod>,
+    /// Notified after each member-Pod event reached `pods`: what a reconcile waiting for
+    /// its writes to show wakes on (no polling).
+    pub pod_events: Arc<tokio::sync::Notify>,
     /// The groups in the watched scope.
     pub groups: Store<HcommGroup>,
     /// Every `HcommNode`.
@@ -81,15 +84,40 @@ impl Drop for Installed {
 /// A group: `(namespace, name)`.
 pub type GroupKey = (String, String);
 
+/// One write the store must show: the resource version the API server answered it with,
+/// and whether it created the Pod (a patched Pod the store no longer holds was deleted
+/// since, which is newer than the patch; a created one it does not hold is not seen yet).
+#[derive(Debug, Clone)]
+struct Write {
+    resource_version: String,
+    created: bool,
+}
+
 /// The operator's member-Pod writes a group's next reconcile must see in the store: per
-/// group, Pod name → the resource version the API server answered the write with.
+/// group, Pod name → the write.
 #[derive(Default)]
-pub struct Expectations(Mutex<HashMap<GroupKey, HashMap<String, String>>>);
+pub struct Expectations(Mutex<HashMap<GroupKey, HashMap<String, Write>>>);
 
 impl Expectations {
-    /// Records a write of the member Pod `pod` (the API server's answer to a create or
-    /// patch); its group is its `hcomm.io/group` label.
-    pub fn wrote(&self, pod: &Pod) {
+    /// Records the creation of the member Pod `pod` (the API server's answer); its group is
+    /// its `hcomm.io/group` label.
+    pub fn created(&self, pod: &Pod) {
+        self.wrote(pod, true);
+    }
+
+    /// Records a patch of the member Pod `pod` (the API server's answer).
+    pub fn patched(&self, pod: &Pod) {
+        self.wrote(pod, false);
+    }
+
+    /// Forgets the writes of a Pod the operator deleted.
+    pub fn deleted(&self, group: &GroupKey, name: &str) {
+        if let Some(pending) = lock(&self.0).get_mut(group) {
+            pending.remove(name);
+        }
+    }
+
+    fn wrote(&self, pod: &Pod, created: bool) {
         let (Some(ns), Some(rv), Some(group)) = (
             pod.namespace(),
             pod.resource_version(),
@@ -97,10 +125,14 @@ impl Expectations {
         ) else {
             return;
         };
+        let write = Write {
+            resource_version: rv,
+            created,
+        };
         lock(&self.0)
             .entry((ns, group))
             .or_default()
-            .insert(pod.name_any(), rv);
+            .insert(pod.name_any(), write);
     }
 
     /// Whether `pods` shows every recorded write of `group`'s Pods (forgetting those it
@@ -110,12 +142,14 @@ impl Expectations {
         let Some(pending) = all.get_mut(group) else {
             return true;
         };
-        pending.retain(|name, rv| {
-            let seen = pods
-                .get(&ObjectRef::new(name).within(&group.0))
-                .and_then(|p| p.resource_version());
-            !seen.is_some_and(|have| at_least(&have, rv))
-        });
+        pending.retain(
+            |name, write| match pods.get(&ObjectRef::new(name).within(&group.0)) {
+                Some(p) => !p
+                    .resource_version()
+                    .is_some_and(|have| at_least(&have, &write.resource_version)),
+                None => write.created,
+            },
+        );
         let done = pending.is_empty();
         if done {
             all.remove(group);
@@ -227,8 +261,8 @@ mod tests {
         let (reader, mut writer) = store::<Pod>();
         let expected = Expectations::default();
         assert!(expected.settled(&g(), &reader), "nothing written");
-        expected.wrote(&pod("a", "10"));
-        expected.wrote(&pod("b", "11"));
+        expected.created(&pod("a", "10"));
+        expected.created(&pod("b", "11"));
         assert!(!expected.settled(&g(), &reader), "the store has neither");
         let other: GroupKey = ("ns".into(), "other".into());
         assert!(
@@ -243,8 +277,15 @@ mod tests {
         );
         writer.apply_watcher_event(&Event::Apply(pod("a", "10")));
         assert!(expected.settled(&g(), &reader));
-        expected.wrote(&pod("c", "13"));
+        expected.created(&pod("c", "13"));
         expected.clear(&g());
+        assert!(expected.settled(&g(), &reader));
+        // A patched Pod the store no longer holds was deleted since: nothing to wait for.
+        expected.patched(&pod("gone", "14"));
+        assert!(expected.settled(&g(), &reader));
+        // A Pod the operator deleted itself is forgotten.
+        expected.created(&pod("d", "15"));
+        expected.deleted(&g(), "d");
         assert!(expected.settled(&g(), &reader));
     }
 
@@ -273,6 +314,7 @@ mod tests {
         let shared = SharedCaches::default();
         let caches = Caches {
             pods: store().0,
+            pod_events: Arc::default(),
             groups: store().0,
             hcomm_nodes: store().0,
             nodes: store().0,

@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 use hcomm_crds::contract::{LABEL_GROUP, LABEL_MANAGED_BY, MANAGER_NAME};
 use hcomm_crds::{DeviceHealth, HcommGroup, HcommNode, LinkTestResult, MemberPhase};
@@ -68,8 +67,15 @@ pub async fn prepare(ctx: &Context, group: &HcommGroup) -> Result<Prepared> {
                 caches.groups.wait_until_ready().await.ok()?;
                 caches.hcomm_nodes.wait_until_ready().await.ok()?;
                 caches.nodes.wait_until_ready().await.ok()?;
-                while !ctx.expected.settled(&key, &caches.pods) {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
+                loop {
+                    // Registered before the check, so an event in between still wakes it.
+                    let event = caches.pod_events.notified();
+                    tokio::pin!(event);
+                    event.as_mut().enable();
+                    if ctx.expected.settled(&key, &caches.pods) {
+                        break;
+                    }
+                    event.await;
                 }
                 Some(())
             };
