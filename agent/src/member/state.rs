@@ -342,24 +342,23 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
                 ],
             )
         }
-        (P::Ready { epoch: cur }, E::Joined { epoch, .. }) if epoch > *cur => (
-            P::Ready { epoch },
-            vec![cond(
-                POD_JOINED,
-                true,
-                PodReason::Joined,
-                format!("switched to epoch {epoch}"),
-            )],
-        ),
-        (P::Standby { epoch: cur }, E::Joined { epoch, .. }) if epoch > *cur => (
-            P::Standby { epoch },
-            vec![cond(
-                POD_JOINED,
-                true,
-                PodReason::Joined,
-                format!("switched to epoch {epoch} (standby)"),
-            )],
-        ),
+        (P::Ready { epoch: cur } | P::Standby { epoch: cur }, E::Joined { epoch, .. })
+            if epoch > *cur =>
+        {
+            let (next, suffix) = match phase {
+                P::Standby { .. } => (P::Standby { epoch }, " (standby)"),
+                _ => (P::Ready { epoch }, ""),
+            };
+            (
+                next,
+                vec![cond(
+                    POD_JOINED,
+                    true,
+                    PodReason::Joined,
+                    format!("switched to epoch {epoch}{suffix}"),
+                )],
+            )
+        }
         (P::Standby { epoch }, E::Promoted) => (
             P::Ready { epoch: *epoch },
             vec![cond(

@@ -6,11 +6,11 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use hcomm_crds::HcommGroup;
 use hcomm_crds::contract::{
     ANNOTATION_DRAIN_REQUESTED, LABEL_GROUP, LABEL_STANDBY, POD_MEMBER_READY, PodReason,
     STANDBY_TRUE,
 };
+use hcomm_crds::{HcommGroup, HcommGroupStatus};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
@@ -214,42 +214,24 @@ impl Testbed {
         within: Duration,
         poll: Duration,
     ) -> Result<Vec<MemberPod>> {
-        let groups: Api<HcommGroup> = Api::namespaced(self.client().await?, namespace);
-        let deadline = Instant::now() + within;
-        loop {
-            let members: Vec<MemberPod> = self
-                .members(namespace, group)
-                .await?
-                .into_iter()
-                .filter(|m| !m.standby)
-                .collect();
-            let status_ready = groups
-                .get_opt(group)
-                .await
-                .ok()
-                .flatten()
-                .and_then(|g| g.status)
-                .map(|s| (s.ready_replicas, s.replicas));
-            if members.len() == replicas
-                && members.iter().all(|m| m.ready)
-                && status_ready == Some((replicas as i32, replicas as i32))
-            {
-                return Ok(members);
+        let what = format!("{group}: {replicas} Ready members");
+        self.poll_group(namespace, group, &what, within, poll, |members, status| {
+            let serving: Vec<MemberPod> = members.iter().filter(|m| !m.standby).cloned().collect();
+            let counted = status.map(|s| (s.ready_replicas, s.replicas));
+            let done = serving.len() == replicas
+                && serving.iter().all(|m| m.ready)
+                && counted == Some((replicas as i32, replicas as i32));
+            if done {
+                Ok(serving)
+            } else {
+                Err(format!(
+                    "now {serving:?}, status ready/replicas {counted:?}"
+                ))
             }
-            if Instant::now() > deadline {
-                return Err(Error::Timeout {
-                    what: format!(
-                        "{group}: {replicas} Ready members (now {members:?}, status ready/replicas {status_ready:?})"
-                    ),
-                    after: within,
-                });
-            }
-            tokio::time::sleep(poll).await;
-        }
+        })
+        .await
     }
-}
 
-impl Testbed {
     /// Waits until `group` has `n` warm standby members (labelled, held by their agents,
     /// not draining, counted in `status.standbyReplicas`); returns them.
     pub async fn wait_standby_warm(
@@ -259,37 +241,61 @@ impl Testbed {
         n: usize,
         within: Duration,
     ) -> Result<Vec<MemberPod>> {
+        let what = format!("{group}: {n} warm standby members");
+        let poll = Duration::from_millis(100);
+        self.poll_group(namespace, group, &what, within, poll, |members, status| {
+            let warm: Vec<MemberPod> = members
+                .iter()
+                .filter(|m| m.standby && m.warm && !m.draining)
+                .cloned()
+                .collect();
+            let counted = status.map(|s| s.standby_replicas);
+            if warm.len() == n && counted == Some(n as i32) {
+                Ok(warm)
+            } else {
+                Err(format!("now {warm:?}, status.standbyReplicas {counted:?}"))
+            }
+        })
+        .await
+    }
+
+    /// Looks at `group`'s member Pods and status every `poll` until `done` accepts them
+    /// (its `Err` says what was seen, for the timeout's message).
+    async fn poll_group<T>(
+        &self,
+        namespace: &str,
+        group: &str,
+        what: &str,
+        within: Duration,
+        poll: Duration,
+        done: impl Fn(&[MemberPod], Option<&HcommGroupStatus>) -> std::result::Result<T, String>,
+    ) -> Result<T> {
         let groups: Api<HcommGroup> = Api::namespaced(self.client().await?, namespace);
         let deadline = Instant::now() + within;
         loop {
-            let warm: Vec<MemberPod> = self
-                .members(namespace, group)
-                .await?
-                .into_iter()
-                .filter(|m| m.standby && m.warm && !m.draining)
-                .collect();
-            let counted = groups
+            let members = self.members(namespace, group).await?;
+            let status = groups
                 .get_opt(group)
                 .await
                 .ok()
                 .flatten()
-                .and_then(|g| g.status)
-                .map(|s| s.standby_replicas);
-            if warm.len() == n && counted == Some(n as i32) {
-                return Ok(warm);
-            }
+                .and_then(|g| g.status);
+            let seen = match done(&members, status.as_ref()) {
+                Ok(value) => return Ok(value),
+                Err(seen) => seen,
+            };
             if Instant::now() > deadline {
                 return Err(Error::Timeout {
-                    what: format!(
-                        "{group}: {n} warm standby members (now {warm:?}, status.standbyReplicas {counted:?})"
-                    ),
+                    what: format!("{what} ({seen})"),
                     after: within,
                 });
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(poll).await;
         }
     }
+}
 
+impl Testbed {
     /// Waits until `group` has exactly `n` member Pods not being deleted: the victims of
     /// a scale-in are gone, the joiners of a scale-out exist.
     pub async fn wait_members(

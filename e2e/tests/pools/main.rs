@@ -23,6 +23,7 @@ mod local_api_attack;
 mod npu_faults;
 mod resources;
 mod rollout;
+mod rollout_canary;
 mod rollout_template;
 mod saturation;
 mod scaling;
@@ -73,6 +74,7 @@ fn main() {
         resources::thirty_scale_cycles_leave_nothing_behind,
         rollout::a_new_weights_version_rolls_member_by_member_and_old_versions_go,
         rollout_template::a_template_change_rolls_member_by_member_and_a_bad_revision_is_stopped_and_rolled_back,
+        rollout_canary::a_partition_holds_a_canary_and_a_weights_digest_no_source_has_stops_the_rollout,
         // After the scenarios that need decode packed on few hosts (the weight source's
         // joiner needs an empty one): moving members off a drained node spreads them.
         disruption::kubectl_drain_moves_a_decode_member_through_hcomms_drain,

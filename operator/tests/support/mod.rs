@@ -1,6 +1,8 @@
 //! Test support for the operator against a real control plane: the operator as a child
 //! process, a stand-in for the node agent (HcommNode inventories, Pod conditions), one for
 //! the Ascend device plugin ([`device_plugin`]), and waits with deadlines.
+//! Size: one kit (cluster, stand-ins, operator process, waits) that every operator test
+//! binary shares; split, each part would be a module of a few dozen lines.
 
 #![allow(dead_code)]
 
@@ -454,7 +456,7 @@ impl Operator {
     }
 
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let text = self.log_text();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
     }
