@@ -115,7 +115,8 @@ async fn wait_for(
     }
 }
 
-/// With `partition: 1`, a template change rolls only member 1 (its replacement joins
+/// With `partition` at the higher of decode's two indices, a template change rolls only
+/// that member (its replacement joins
 /// at a new index first); member 0 keeps its Pod and revision and serves (`Progressing=False`, `PartitionPaused`); `partition: 0` rolls it
 /// too. Then a weights version whose digest the source does not have: its member never
 /// serves, the rollout stops (`Progressing=False`) and the members of the good revision
@@ -129,18 +130,24 @@ pub async fn a_partition_holds_a_canary_and_a_weights_digest_no_source_has_stops
     pools.decode_at(2).await?;
     let bed = &pools.bed;
     let groups: Api<HcommGroup> = Api::namespaced(bed.client().await?, NS);
+    let before = wait_for(bed, &groups, "decode settled", &[], |m, _| {
+        m.len() == 2 && m.values().all(|x| x.ready)
+    })
+    .await?;
+    // Earlier scenarios leave any two indices: the partition sits at the higher one, so
+    // the lower member keeps its revision and the higher one is the canary.
+    let (&low, &high) = (
+        before.keys().next().context("a member")?,
+        before.keys().last().context("a member")?,
+    );
     patch(
         bed,
         "merge",
         json!({"spec": {"updateStrategy": {
             "progressDeadlineSeconds": PROGRESS_DEADLINE_SECONDS,
-            "rollingUpdate": {"partition": 1}}}}),
+            "rollingUpdate": {"partition": high}}}}),
     )?;
-    let before = wait_for(bed, &groups, "decode settled", &[], |m, _| {
-        m.len() == 2 && m.values().all(|x| x.ready) && m.keys().copied().eq([0, 1])
-    })
-    .await?;
-    let old = before[&0].revision.clone();
+    let old = before[&low].revision.clone();
 
     // 1. The canary: only member 1 (at or above the partition) is replaced.
     patch(
@@ -149,7 +156,7 @@ pub async fn a_partition_holds_a_canary_and_a_weights_digest_no_source_has_stops
         json!([{"op": "add", "path": "/spec/template/spec/containers/0/env/-",
                 "value": {"name": "HCOMM_EXAMPLE_CANARY", "value": "1"}}]),
     )?;
-    let keep = [before[&0].uid.clone()];
+    let keep = [before[&low].uid.clone()];
     // The member above the partition is replaced make-before-break (a surge member at a
     // new index); the one below keeps its Pod and revision.
     let canary = wait_for(bed, &groups, "canary", &keep, |m, c| {
