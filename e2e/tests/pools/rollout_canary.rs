@@ -116,9 +116,9 @@ async fn wait_for(
 }
 
 /// With `partition` at the higher of decode's two indices, a template change rolls only
-/// that member (its replacement joins
-/// at a new index first); member 0 keeps its Pod and revision and serves (`Progressing=False`, `PartitionPaused`); `partition: 0` rolls it
-/// too. Then a weights version whose digest the source does not have: its member never
+/// that member (its replacement joins at a new index first); the lower one keeps its Pod
+/// and revision and serves (`Progressing=False`, `PartitionPaused`); `partition: 0` rolls
+/// it too. Then a weights version whose digest the source does not have: its member never
 /// serves, the rollout stops (`Progressing=False`) and the members of the good revision
 /// keep serving; the old weights applied again roll it back. No failed request.
 ///
