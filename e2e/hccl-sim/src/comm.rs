@@ -343,11 +343,19 @@ fn join_root(root: RootInfo, rank: u32, nranks: u32, deadline: Instant) -> Resul
     let _ = conn.set_write_timeout(Some(Duration::from_secs(5)));
     wire::send(&mut conn, &hello).map_err(|_| HCCL_E_TCP_TRANSFER)?;
     match wire::recv(&mut conn, Some(deadline), &never) {
-        Ok(v) => match Cursor(&v).i32() {
+        // The verdict is one HcclResult and nothing else.
+        Ok(v) if v.len() == 4 => match Cursor(&v).i32() {
             Some(HCCL_SUCCESS) => Ok(conn),
             Some(code) => Err(code),
             None => Err(HCCL_E_INTERNAL),
         },
+        Ok(v) => {
+            eprintln!(
+                "hccl-sim: rank {rank}: the root answered the hello with {} bytes, not a verdict",
+                v.len()
+            );
+            Err(HCCL_E_TCP_TRANSFER)
+        }
         Err(WireError::Timeout) => Err(HCCL_E_TIMEOUT),
         Err(_) => {
             eprintln!("hccl-sim: rank {rank}: the root went away during the rendezvous");
@@ -368,6 +376,17 @@ fn connect_from(local: std::net::Ipv4Addr, to: SocketAddrV4) -> Result<TcpStream
         .map_err(ConnectError::Bind)?;
     sock.connect_timeout(&SocketAddr::V4(to).into(), Duration::from_secs(1))
         .map_err(ConnectError::Connect)?;
+    // A dead root's port on this host can be picked as our own source port: Linux then
+    // connects the socket to itself (TCP simultaneous open), and we would read our own
+    // hello back as the root's verdict. Nobody listens there, so it is a refusal.
+    let (mine, theirs) = (sock.local_addr(), sock.peer_addr());
+    if let (Ok(mine), Ok(theirs)) = (mine, theirs)
+        && mine.as_socket() == theirs.as_socket()
+    {
+        return Err(ConnectError::Connect(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )));
+    }
     Ok(sock.into())
 }
 

@@ -96,7 +96,9 @@ pub enum HcclError {
     /// A new communicator would take HCCL memory past the configured budget
     /// (`HCCL_BUFFSIZE` MB twice per communicator, times the communicators alive).
     #[error(
-        "HCCL memory budget exceeded: a new communicator needs {needed} bytes, {reserved} are          held by {live} live communicator(s), the budget is {budget}; wait for an old epoch to          be destroyed, lower bufferSizeMb or raise the budget"
+        "HCCL memory budget exceeded: a new communicator needs {needed} bytes, {reserved} are \
+         held by {live} live communicator(s), the budget is {budget}; wait for an old epoch to \
+         be destroyed, lower bufferSizeMb or raise the budget"
     )]
     MemoryBudgetExceeded {
         needed: u64,

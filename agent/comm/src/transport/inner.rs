@@ -192,6 +192,10 @@ impl Inner {
                 sock.connect(addr).await
             };
             let err = match tokio::time::timeout_at(deadline, attempt).await {
+                Ok(Ok(s)) if connected_to_itself(&s) => std::io::Error::new(
+                    std::io::ErrorKind::ConnectionRefused,
+                    "nothing listens there (the socket connected to itself)",
+                ),
                 Ok(Ok(s)) => {
                     tune(&s, self.buffer);
                     return Ok(s);
@@ -250,6 +254,13 @@ impl Inner {
         self.dialed.fetch_add(1, Ordering::Relaxed);
         self.install(stream, acc.endpoint, addr)
     }
+}
+
+/// A dial to a port on this host where nothing listens can pick that very port as its
+/// source port; Linux then connects the socket to itself (TCP simultaneous open). It must
+/// count as a refusal to retry, not as a peer whose handshake reads our own hello back.
+fn connected_to_itself(s: &TcpStream) -> bool {
+    matches!((s.local_addr(), s.peer_addr()), (Ok(a), Ok(b)) if a == b)
 }
 
 /// Maps a handshake failure to the named error.

@@ -17,7 +17,13 @@
 //!   out, the communicator is destroyed (which stops its work) before the call returns, and if
 //!   that cannot be confirmed the buffers are quarantined, never freed;
 //! - the `Library` handles live in [`Api`], which every handle type keeps alive through an
-//!   `Arc`, so no function pointer outlives its library.
+//!   `Arc`, so no function pointer outlives its library;
+//! - the libraries are never unloaded (no `dlclose`), even when the last [`Api`] goes: the
+//!   runtime starts threads of its own (stream workers, heartbeats) whose thread-exit
+//!   destructors run the library's code after any call of ours has returned, and a process
+//!   that unmaps it under them crashes (seen with the conformance simulator: a stream
+//!   thread ending after the last handle dropped took SIGSEGV in its TLS destructor). ACL is
+//!   initialised once per process anyway; a second `dlopen` finds the loaded copy.
 #![allow(unsafe_code)]
 
 mod comm;
@@ -30,6 +36,7 @@ pub use handles::{DeviceBuffer, Stream, quarantined_device_bytes};
 
 use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_void};
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use libloading::Library;
@@ -184,9 +191,9 @@ pub struct Api {
     pub(crate) acl: AclSymbols,
     hccl_path: String,
     acl_path: String,
-    // Declared last so they are dropped after the tables that point into them.
-    _hccl_lib: Library,
-    _acl_lib: Library,
+    // Never dropped, so never unloaded: see the module's soundness rules.
+    _hccl_lib: ManuallyDrop<Library>,
+    _acl_lib: ManuallyDrop<Library>,
 }
 
 impl std::fmt::Debug for Api {
@@ -217,8 +224,8 @@ impl Api {
             acl,
             hccl_path,
             acl_path,
-            _hccl_lib: hccl_lib,
-            _acl_lib: acl_lib,
+            _hccl_lib: ManuallyDrop::new(hccl_lib),
+            _acl_lib: ManuallyDrop::new(acl_lib),
         }))
     }
 
