@@ -29,11 +29,50 @@ pub enum ChartError {
     /// The kubeconfig could not be read or written.
     #[error("kubeconfig: {0}")]
     Kubeconfig(String),
+    /// `helm template` failed, or its output is not YAML.
+    #[error("helm template {args:?}: {why}")]
+    Template { args: Vec<String>, why: String },
+}
+
+/// The chart's directory.
+pub const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/hcomm");
+
+/// `helm template` of the chart into [`RELEASE_NAMESPACE`] with `extra` arguments, as for
+/// the Kubernetes version the tests run (helm's built-in default is older than the chart's
+/// `kubeVersion`): one YAML value per rendered document.
+pub fn render(extra: &[&str]) -> Result<Vec<serde_yaml::Value>, ChartError> {
+    use serde::Deserialize;
+    let failed = |why: String| ChartError::Template {
+        args: extra.iter().map(|a| a.to_string()).collect(),
+        why,
+    };
+    let kube_version = assets::kubernetes_version()?;
+    let home = std::env::temp_dir().join("hcomm-helm-home");
+    let out = Command::new(assets::helm()?)
+        .args(["template", "hcomm", CHART, "--namespace", RELEASE_NAMESPACE])
+        .args(["--kube-version", &kube_version])
+        .args(extra)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .output()?;
+    if !out.status.success() {
+        return Err(failed(String::from_utf8_lossy(&out.stderr).into_owned()));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut docs = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let value = serde_yaml::Value::deserialize(doc).map_err(|e| failed(e.to_string()))?;
+        if !value.is_null() {
+            docs.push(value);
+        }
+    }
+    Ok(docs)
 }
 
 /// `helm install hcomm charts/hcomm -n hcomm-system` with `--set` values.
 pub fn install(cp: &ControlPlane, sets: &[&str]) -> Result<(), ChartError> {
-    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/hcomm");
+    let chart = CHART;
     let home = cp.state_dir().join("helm");
     let mut command = Command::new(assets::helm()?);
     command

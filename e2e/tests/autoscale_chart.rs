@@ -2,42 +2,12 @@
 //! scrapes `/metrics` on the member Pods' named worker port, selected by the operator's
 //! group label (the load signals the autoscaling examples query).
 
-use std::process::Command;
-
-use anyhow::{Context, Result, bail};
-use hcomm_e2e::controlplane::assets;
-use serde::Deserialize;
+use anyhow::Result;
 use serde_yaml::Value;
-
-const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/hcomm");
 
 /// `helm template` with `extra`, one YAML value per rendered document.
 fn render(extra: &[&str]) -> Result<Vec<Value>> {
-    let kube_version = assets::kubernetes_version()?;
-    let home = std::env::temp_dir().join("hcomm-helm-home");
-    let out = Command::new(assets::helm().context("finding or building helm")?)
-        .args(["template", "hcomm", CHART, "--namespace", "hcomm-system"])
-        .args(["--kube-version", &kube_version])
-        .args(extra)
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .output()?;
-    if !out.status.success() {
-        bail!(
-            "helm template {extra:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let text = String::from_utf8(out.stdout)?;
-    let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let value = Value::deserialize(doc)?;
-        if !value.is_null() {
-            docs.push(value);
-        }
-    }
-    Ok(docs)
+    Ok(hcomm_e2e::chart::render(extra)?)
 }
 
 fn pod_monitors(docs: &[Value]) -> Vec<&Value> {

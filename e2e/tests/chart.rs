@@ -11,7 +11,7 @@ use hcomm_e2e::controlplane::{ControlPlane, ControlPlaneOptions, assets};
 use serde::Deserialize;
 use serde_yaml::Value;
 
-const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/hcomm");
+use hcomm_e2e::chart::CHART;
 const NAMESPACE: &str = "hcomm-system";
 
 fn helm() -> Result<PathBuf> {
@@ -47,29 +47,8 @@ fn helm_cmd(args: &[&str]) -> Result<Command> {
     Ok(command)
 }
 
-/// Renders the chart as for the Kubernetes version the tests run (helm's built-in default
-/// is older than the chart's `kubeVersion`).
 fn render(extra: &[&str]) -> Result<Vec<Value>> {
-    let kube_version = assets::kubernetes_version()?;
-    let mut args = vec![
-        "template",
-        "hcomm",
-        CHART,
-        "--namespace",
-        NAMESPACE,
-        "--kube-version",
-        &kube_version,
-    ];
-    args.extend_from_slice(extra);
-    let text = ok(helm_cmd(&args)?)?;
-    let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let value = Value::deserialize(doc)?;
-        if !value.is_null() {
-            docs.push(value);
-        }
-    }
-    Ok(docs)
+    Ok(hcomm_e2e::chart::render(extra)?)
 }
 
 fn find<'a>(docs: &'a [Value], kind: &str, name_suffix: &str) -> Result<&'a Value> {

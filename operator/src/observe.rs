@@ -13,6 +13,7 @@ use hcomm_crds::{DeviceHealth, HcommGroup, HcommNode, LinkTestResult, MemberPhas
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 
@@ -37,6 +38,8 @@ pub struct Observed {
     pub nodes: Vec<NodeInventory>,
     /// The latest link test per peer each node's agent published, by node name.
     pub link_tests: BTreeMap<String, Vec<LinkTestResult>>,
+    /// When each node's agent last published its status, by node name.
+    pub published_at: BTreeMap<String, Timestamp>,
     /// The recorded epoch and member set.
     pub recorded: Recorded,
     /// The rank-table ConfigMap, if any.
@@ -201,6 +204,7 @@ pub async fn fetch(ctx: &Context, group: &HcommGroup, prepared: Prepared) -> Res
         used_npus: used,
         nodes: hcomm_nodes().map(|n| inventory(n, &allocatable)).collect(),
         link_tests: link_tests(hcomm_nodes()),
+        published_at: published_at(hcomm_nodes()),
         recorded: recorded(prepared.config_map.as_ref(), group),
         config_map: prepared.config_map,
         cordoned: crate::disruption::cordoned(snapshot.nodes.iter().map(AsRef::as_ref)),
@@ -340,6 +344,19 @@ pub fn link_tests<'a>(
         .filter_map(|node| {
             let tests = node.status.as_ref()?.link_tests.clone();
             (!tests.is_empty()).then(|| (node.spec.node_name.clone(), tests))
+        })
+        .collect()
+}
+
+/// When each node's agent last published its status (`status.lastUpdated`), by node name.
+pub fn published_at<'a>(
+    nodes: impl IntoIterator<Item = &'a HcommNode>,
+) -> BTreeMap<String, Timestamp> {
+    nodes
+        .into_iter()
+        .filter_map(|node| {
+            let at = node.status.as_ref()?.last_updated.as_ref()?.0;
+            Some((node.spec.node_name.clone(), at))
         })
         .collect()
 }

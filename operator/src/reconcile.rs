@@ -159,6 +159,7 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
 pub fn assess_links(observed: &Observed, policy: links::LinkPolicy, now: Timestamp) -> LinkReport {
     let nodes = traffic_nodes(&observed.members, |_| true);
     links::assess(&nodes, &observed.nodes, &observed.link_tests, policy, now)
+        .with_published(&observed.published_at)
 }
 
 /// The same report narrowed to the members left after this round's deletions (a deleted

@@ -23,7 +23,9 @@ use tokio::sync::watch;
 
 use super::conditions;
 use super::domain::Domain;
-use super::group::{GroupView, fetch_group, fetch_member_pods, fetch_rank_table, still_arriving};
+use super::group::{
+    GroupView, PublishedTable, fetch_group, fetch_member_pods, fetch_rank_table, still_arriving,
+};
 use super::ports::{
     Allocations, Clock, Cluster, CommDomain, JoinError, JoinSpec, Verifier, Worker,
 };
@@ -156,7 +158,7 @@ impl Cluster for KubeCluster {
         .boxed()
     }
 
-    fn rank_table(&self) -> BoxFuture<'_, Result<(RankTable, u64)>> {
+    fn rank_table(&self) -> BoxFuture<'_, Result<PublishedTable>> {
         async move {
             let name = hcomm_crds::rank_table::config_map_name(&self.group);
             bounded(

@@ -16,7 +16,7 @@ use hcomm_crds::contract::PodReason;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
 
-use super::group::GroupView;
+use super::group::{GroupView, PublishedTable};
 use super::ports::{
     Allocations, Clock, Cluster, CommDomain, JoinError, JoinSpec, Verifier, Worker,
 };
@@ -46,6 +46,8 @@ pub struct ClusterState {
     pub group: GroupView,
     /// None: the rank-table ConfigMap does not exist (yet).
     pub table: Option<(RankTable, u64)>,
+    /// The ConfigMap's member list; None: it has none (every task counts as listed).
+    pub members: Option<std::collections::BTreeSet<String>>,
     pub arriving: Vec<String>,
     /// Every condition written, in order.
     pub conditions: Vec<CondUpdate>,
@@ -100,8 +102,14 @@ impl Cluster for FakeCluster {
         async move { Ok(g) }.boxed()
     }
 
-    fn rank_table(&self) -> BoxFuture<'_, Result<(RankTable, u64)>> {
-        let t = self.with(|s| s.table.clone());
+    fn rank_table(&self) -> BoxFuture<'_, Result<PublishedTable>> {
+        let t = self.with(|s| {
+            s.table.clone().map(|(table, epoch)| PublishedTable {
+                table,
+                epoch,
+                members: s.members.clone(),
+            })
+        });
         async move {
             t.ok_or_else(|| Error::RankTable {
                 name: "g-rank-table".into(),

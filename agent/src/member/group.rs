@@ -18,6 +18,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
 use kube::api::ListParams;
 
+use std::collections::BTreeSet;
+
+use hcomm_crds::rank_table::KEY_MEMBERS;
+
 use super::ranktable::{KEY_EPOCH, KEY_RANK_TABLE, RankTable};
 use crate::error::{Error, Result};
 
@@ -91,12 +95,33 @@ pub async fn fetch_member_pods(
     Ok(list.items)
 }
 
-/// Fetches and parses the rank table ConfigMap; returns the table and its epoch.
+/// A rank table as the operator published it: the HCCL table, the epoch it was written
+/// for, and the member Pods it was written for.
+#[derive(Debug, Clone)]
+pub struct PublishedTable {
+    pub table: RankTable,
+    pub epoch: u64,
+    /// The member Pods of the epoch (the ConfigMap's `members`); None when the ConfigMap
+    /// has no such key. The table itself names nodes and devices, not Pods: a task whose
+    /// Pod was deleted while its node was cut off finds its node and devices in the next
+    /// epoch's table (a replacement got the same NPUs) and must not take that member's
+    /// ranks.
+    pub members: Option<BTreeSet<String>>,
+}
+
+impl PublishedTable {
+    /// Whether the epoch's member list names `pod` (true when there is no list).
+    pub fn lists(&self, pod: &str) -> bool {
+        self.members.as_ref().is_none_or(|m| m.contains(pod))
+    }
+}
+
+/// Fetches and parses the rank table ConfigMap.
 pub async fn fetch_rank_table(
     client: &kube::Client,
     namespace: &str,
     name: &str,
-) -> Result<(RankTable, u64)> {
+) -> Result<PublishedTable> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let cm = api
         .get(name)
@@ -108,8 +133,8 @@ pub async fn fetch_rank_table(
     })
 }
 
-/// The rank table and epoch in a ConfigMap (pure).
-pub fn parse_config_map(cm: &ConfigMap) -> std::result::Result<(RankTable, u64), String> {
+/// The rank table, its epoch and its members in a ConfigMap (pure).
+pub fn parse_config_map(cm: &ConfigMap) -> std::result::Result<PublishedTable, String> {
     let data = cm.data.clone().unwrap_or_default();
     let json = data
         .get(KEY_RANK_TABLE)
@@ -124,7 +149,18 @@ pub fn parse_config_map(cm: &ConfigMap) -> std::result::Result<(RankTable, u64),
         })
         .transpose()?
         .unwrap_or(0);
-    Ok((table, epoch))
+    let members = data.get(KEY_MEMBERS).map(|m| {
+        m.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    });
+    Ok(PublishedTable {
+        table,
+        epoch,
+        members,
+    })
 }
 
 #[cfg(test)]
@@ -169,11 +205,17 @@ mod tests {
             "metadata": {"name": "g-rank-table"},
             "data": {
                 (KEY_RANK_TABLE): r#"{"version":"1.0","server_count":"1","status":"completed","server_list":[{"server_id":"h","host_ip":"1.2.3.4","device":[{"device_id":"0","rank_id":"0"}]}]}"#,
-                "epoch": "5"
+                "epoch": "5",
+                "members": "g-0-e1\ng-1-e5\n"
             }
         })).unwrap();
-        let (t, e) = parse_config_map(&cm).unwrap();
-        assert_eq!((t.world(), e), (1, 5));
+        let p = parse_config_map(&cm).unwrap();
+        assert_eq!((p.table.world(), p.epoch), (1, 5));
+        assert!(p.lists("g-1-e5") && p.lists("g-0-e1") && !p.lists("g-1-e1"));
+        let mut unlisted = cm.clone();
+        unlisted.data.as_mut().unwrap().remove("members");
+        let p = parse_config_map(&unlisted).unwrap();
+        assert!(p.members.is_none() && p.lists("anyone"));
         let empty = ConfigMap::default();
         assert!(
             parse_config_map(&empty)

@@ -27,7 +27,7 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
 
 use super::domain::DomainConfig;
-use super::group::GroupView;
+use super::group::{GroupView, PublishedTable};
 use super::ranktable::{ControlPlan, RankTable};
 use super::ranktable_members::MemberAddresses;
 use super::spec::MemberSpec;
@@ -41,8 +41,8 @@ use crate::local_api::{Assignment, Notice};
 pub trait Cluster: Send + Sync {
     /// The group's spec (never its status: see [`super::group`]).
     fn group(&self) -> BoxFuture<'_, Result<GroupView>>;
-    /// The group's rank table and the epoch it was written for.
-    fn rank_table(&self) -> BoxFuture<'_, Result<(RankTable, u64)>>;
+    /// The group's rank table, the epoch and the member Pods it was written for.
+    fn rank_table(&self) -> BoxFuture<'_, Result<PublishedTable>>;
     /// The other members still on their way to the domain (not yet verified, or verified
     /// and still syncing weights), from their own Pod conditions.
     fn arriving_peers(&self) -> BoxFuture<'_, Result<Vec<String>>>;

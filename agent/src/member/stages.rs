@@ -271,6 +271,17 @@ impl Run {
                 message: "no rank table".into(),
             };
         };
+        if !self.listed_in_table() {
+            return Event::JoinFailed {
+                epoch,
+                message: format!(
+                    "the rank table of epoch {} was not written for Pod {}: the ranks of \
+                     this node's devices belong to another member",
+                    self.planned_epoch(),
+                    self.spec.pod
+                ),
+            };
+        }
         let (Some(chosen), Some(devs)) = (self.chosen.clone(), self.spec.devices.clone()) else {
             return Event::JoinFailed {
                 epoch,

@@ -63,6 +63,8 @@ pub(super) struct Run {
     pub(super) phase: Phase,
     pub(super) group: GroupView,
     pub(super) table: Option<(RankTable, u64)>,
+    /// The member Pods the last table read was written for (None: it named none).
+    pub(super) listed: Option<std::collections::BTreeSet<String>>,
     pub(super) chosen: Option<Chosen>,
     pub(super) plan: Option<ControlPlan>,
     /// The member's (rank, physical NPU) entries once its allocation was checked
@@ -117,6 +119,7 @@ pub async fn drive(
         phase: Phase::Pending,
         group: GroupView::default(),
         table: None,
+        listed: None,
         chosen: None,
         plan: None,
         npu_entries: None,
@@ -294,20 +297,35 @@ impl Run {
         self.table.as_ref().map_or(0, |(_, e)| *e)
     }
 
-    /// Whether the last rank table read holds this member's ranks.
+    /// Whether the last rank table read holds this member's ranks: it was written for
+    /// this Pod, and it gives this node's devices ranks.
     pub(super) fn in_table(&self) -> bool {
         let (Some((t, _)), Some(devs)) = (&self.table, &self.spec.devices) else {
             return false;
         };
+        if !self.listed_in_table() {
+            return false;
+        }
         let ip = self.chosen.as_ref().map(|c| c.ip.to_string());
         super::ranktable::server_of(t, &self.cfg.node_name, ip.as_deref())
             .is_some_and(|s| !super::ranktable::member_ranks(&s, devs).is_empty())
     }
 
+    /// Whether the last rank table read was written for this Pod (true when it lists no
+    /// Pods). A task whose Pod was deleted while its agent could not see it must not take
+    /// the ranks a replacement on the same devices was given.
+    pub(super) fn listed_in_table(&self) -> bool {
+        self.listed
+            .as_ref()
+            .is_none_or(|m| m.contains(&self.spec.pod))
+    }
+
     /// Re-reads the group's spec and its rank table.
     pub(super) async fn refresh(&mut self) -> crate::error::Result<()> {
         self.group = self.ports.cluster.group().await?;
-        self.table = Some(self.ports.cluster.rank_table().await?);
+        let published = self.ports.cluster.rank_table().await?;
+        self.table = Some((published.table, published.epoch));
+        self.listed = published.members;
         Ok(())
     }
 

@@ -372,6 +372,49 @@ async fn a_new_epoch_while_ready_rejoins_beside_the_old_one_and_tells_the_worker
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_later_epochs_table_written_for_other_pods_is_not_joined_and_the_member_keeps_serving() {
+    // The member's Pod was deleted while its agent could not see it; epoch 2's table gives
+    // this node's devices to the replacement Pod, and must not be joined in its place.
+    let kit = Kit::new();
+    kit.cluster
+        .with(|s| s.members = Some(["m-0".to_owned(), "m-1".to_owned()].into()));
+    let _task = kit.start();
+    kit.until_ready().await;
+    kit.cluster
+        .with(|s| s.members = Some(["m-1".to_owned(), "m-2-e2".to_owned()].into()));
+    kit.set_table_epoch(2);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    kit.domain.with(|d| {
+        assert_eq!(d.serving, Some(1), "still on epoch 1");
+        assert_eq!(d.attempts, [1], "epoch 2 was never joined");
+    });
+    // Listed again (a table that names it), it follows the group as before.
+    kit.cluster
+        .with(|s| s.members = Some(["m-0".to_owned(), "m-2-e2".to_owned()].into()));
+    kit.set_table_epoch(3);
+    kit.until("serving epoch 3", |k| {
+        k.domain.with(|d| d.serving == Some(3))
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_joiner_missing_from_its_epochs_member_list_does_not_take_the_ranks() {
+    let kit = Kit::new();
+    kit.cluster
+        .with(|s| s.members = Some(["someone-else".to_owned()].into()));
+    let _task = kit.start();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    kit.domain
+        .with(|d| assert!(d.attempts.is_empty(), "never dialled: {:?}", d.attempts));
+    assert_ne!(
+        kit.cluster.condition(POD_JOINED).map(|c| c.0),
+        Some(true),
+        "not joined"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_later_epochs_table_naming_a_stranger_is_refused_before_dialling_and_the_member_keeps_serving()
  {
     let kit = Kit::new();

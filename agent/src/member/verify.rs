@@ -104,6 +104,20 @@ pub async fn with_npu_check(
     v
 }
 
+/// The inventory with its interfaces observed now. The cached inventory is refreshed every
+/// `--inventory-interval` (60 s): a member placed on a node whose data link came back
+/// moments ago would otherwise be refused `NoDataNic` on the old word, replaced, placed
+/// there again and refused again until the next refresh. The fresh list also updates the
+/// cache; when `ip` cannot be run the cached list stands.
+async fn current_nics(ctx: &Context) -> crate::inventory::Inventory {
+    let nics = crate::inventory::nics::collect(&ctx.cfg.sources.sysfs_net).await;
+    let mut cached = ctx.inventory.write().await;
+    if !nics.is_empty() {
+        cached.nics = nics;
+    }
+    cached.clone()
+}
+
 async fn verify_nic(
     ctx: &Context,
     spec: &MemberSpec,
@@ -111,7 +125,7 @@ async fn verify_nic(
     connect_timeout: Duration,
     table: &RankTable,
 ) -> Verified {
-    let inv = ctx.inventory.read().await.clone();
+    let inv = current_nics(ctx).await;
     let matcher = match socket_ifname.map(IfnameMatcher::parse).transpose() {
         Ok(m) => m,
         Err(e) => return fail(PodReason::NoDataNic, e.to_string()),

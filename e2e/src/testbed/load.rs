@@ -55,6 +55,8 @@ pub struct LoadStats {
     pub by_pod: BTreeMap<String, PodStats>,
     /// Members that answered with more than one digest.
     pub mixed_digest_members: Vec<String>,
+    /// The first failed requests, one line each (start, error, every attempt).
+    pub first_failures: Vec<String>,
     /// The last line was the final one.
     #[serde(rename = "final")]
     pub finished: bool,

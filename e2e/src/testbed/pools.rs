@@ -49,6 +49,10 @@ pub struct MemberPod {
     pub uid: String,
     /// `hcomm.io/rank`.
     pub rank: String,
+    /// The member index (`hcomm.io/member-index`), when labelled.
+    pub index: Option<i32>,
+    /// The revision it was made from (`hcomm.io/revision`).
+    pub revision: String,
     /// The node.
     pub node: String,
     /// Pod Ready (every readiness gate True).
@@ -155,24 +159,17 @@ impl Testbed {
             .map(|p| MemberPod {
                 name: p.metadata.name.clone().unwrap_or_default(),
                 uid: p.metadata.uid.clone().unwrap_or_default(),
-                rank: p
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(hcomm_crds::contract::LABEL_RANK).cloned())
-                    .unwrap_or_default(),
+                rank: label(&p, hcomm_crds::contract::LABEL_RANK).unwrap_or_default(),
+                index: label(&p, hcomm_crds::contract::LABEL_MEMBER_INDEX)
+                    .and_then(|i| i.parse().ok()),
+                revision: label(&p, hcomm_crds::contract::LABEL_REVISION).unwrap_or_default(),
                 node: p
                     .spec
                     .as_ref()
                     .and_then(|s| s.node_name.clone())
                     .unwrap_or_default(),
                 ready: is_ready(&p),
-                standby: p
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(LABEL_STANDBY))
-                    .is_some_and(|v| v == STANDBY_TRUE),
+                standby: label(&p, LABEL_STANDBY).is_some_and(|v| v == STANDBY_TRUE),
                 warm: held_as_standby(&p),
                 draining: p
                     .metadata
@@ -293,9 +290,7 @@ impl Testbed {
             tokio::time::sleep(poll).await;
         }
     }
-}
 
-impl Testbed {
     /// Waits until `group` has exactly `n` member Pods not being deleted: the victims of
     /// a scale-in are gone, the joiners of a scale-out exist.
     pub async fn wait_members(
@@ -305,20 +300,16 @@ impl Testbed {
         n: usize,
         within: Duration,
     ) -> Result<Vec<MemberPod>> {
-        let deadline = Instant::now() + within;
-        loop {
-            let members = self.members(namespace, group).await?;
+        let what = format!("{group}: {n} member Pods");
+        let poll = Duration::from_millis(100);
+        self.poll_group(namespace, group, &what, within, poll, |members, _| {
             if members.len() == n {
-                return Ok(members);
+                Ok(members.to_vec())
+            } else {
+                Err(format!("have {members:?}"))
             }
-            if Instant::now() > deadline {
-                return Err(Error::Timeout {
-                    what: format!("{group}: {n} member Pods (have {members:?})"),
-                    after: within,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await
     }
 }
 
@@ -334,6 +325,11 @@ fn held_as_standby(pod: &Pod) -> bool {
                     && c.reason.as_deref() == Some(PodReason::Standby.as_str())
             })
         })
+}
+
+/// A label's value.
+fn label(p: &Pod, key: &str) -> Option<String> {
+    p.metadata.labels.as_ref()?.get(key).cloned()
 }
 
 fn is_ready(pod: &Pod) -> bool {

@@ -13,11 +13,12 @@ pub fn clean(s: &LoadStats, when: &str) -> Result<()> {
             && s.wrong_digest == 0
             && s.mixed_digest_members.is_empty()
             && s.refused_not_ready == 0,
-        "{when}: failed={} wrong_digest={} mixed={:?} refused_not_ready={}",
+        "{when}: failed={} wrong_digest={} mixed={:?} refused_not_ready={}; first failures: {:#?}",
         s.failed,
         s.wrong_digest,
         s.mixed_digest_members,
-        s.refused_not_ready
+        s.refused_not_ready,
+        s.first_failures
     );
     Ok(())
 }

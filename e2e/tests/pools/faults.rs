@@ -267,6 +267,12 @@ pub async fn a_cut_off_host_is_replaced_and_used_again_once_restored(
         .find(|n| !prefill_nodes.contains(n))
         .context("a decode-only host")?;
     let victim_host: usize = victim_node.trim_start_matches("host-").parse()?;
+    let peers: Vec<&str> = decode_nodes
+        .iter()
+        .copied()
+        .filter(|n| *n != victim_node)
+        .collect();
+    victim_has_published_its_peers(bed, &victim_node, &peers).await?;
     let t = Instant::now();
     bed.hosts().cut_all(victim_host)?;
     let replaced = bed
@@ -346,11 +352,35 @@ pub async fn a_cut_off_host_is_replaced_and_used_again_once_restored(
         );
     }
     bed.scale("decode", 8)?;
+    // The first two members placed on the restored host are the ones that serve there:
+    // none is refused (its NIC seen as it was during the cut) or fails to join (its ranks
+    // taken by a task of a Pod deleted during the cut) and is replaced.
+    let placed_first: Vec<String> = loop {
+        let placed: Vec<String> = bed
+            .members(NS, "decode")
+            .await?
+            .into_iter()
+            .filter(|m| m.node == victim_node)
+            .map(|m| m.name)
+            .collect();
+        if placed.len() == 2 {
+            break placed;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "2 members never placed on the restored {victim_node}: {placed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let filled = bed.wait_pool_ready(NS, "decode", 8, POOL_WAIT).await?;
-    let on_restored = filled.iter().filter(|m| m.node == victim_node).count();
+    let on_restored: Vec<&str> = filled
+        .iter()
+        .filter(|m| m.node == victim_node)
+        .map(|m| m.name.as_str())
+        .collect();
     ensure!(
-        on_restored == 2,
-        "{victim_node} should host 2 of the 8 members: {filled:?}"
+        on_restored == placed_first,
+        "{victim_node} should host the 2 members first placed there, {placed_first:?}: {filled:?}"
     );
     eprintln!(
         "cut-off host: {victim_node} restored; links up after {links_back:?}, 8 members Ready (2 there) after {:?}",
@@ -364,6 +394,58 @@ pub async fn a_cut_off_host_is_replaced_and_used_again_once_restored(
 
 /// Decode members while a host is cut off (see the scenario's precondition).
 const CUT_OFF_DECODE: usize = 6;
+
+/// Waits until `victim`'s agent has published a reachable result for every node in
+/// `peers`. The operator blames a silent node on its own last word (results it published
+/// that still call its links up, older than its peers' finding it down): a host cut off
+/// before its agent ever probed the group's newer nodes leaves nothing to weigh, and its
+/// members stay (said in the operator's `LinkReport::isolated_nodes`). Run alone, this
+/// scenario's scale-out lands the newer nodes moments before the cut.
+async fn victim_has_published_its_peers(
+    bed: &hcomm_e2e::testbed::Testbed,
+    victim: &str,
+    peers: &[&str],
+) -> Result<()> {
+    let nodes: Api<hcomm_crds::HcommNode> = Api::all(bed.client().await?);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let all = nodes.list(&ListParams::default()).await?;
+        let address = |name: &str| {
+            all.items
+                .iter()
+                .find(|n| n.metadata.name.as_deref() == Some(name))
+                .and_then(|n| n.status.as_ref()?.data_address.clone())
+        };
+        let tests = all
+            .items
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(victim))
+            .and_then(|n| n.status.as_ref())
+            .map(|s| s.link_tests.clone())
+            .unwrap_or_default();
+        let missing: Vec<&&str> = peers
+            .iter()
+            .filter(|p| {
+                let addr = address(p);
+                !tests.iter().any(|t| {
+                    t.reachable
+                        && (t.peer == **p
+                            || addr
+                                .as_deref()
+                                .is_some_and(|a| t.peer == a || t.peer_address == a))
+                })
+            })
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{victim}'s agent published no reachable link test to {missing:?} within 60s: {tests:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
 
 /// The first host (in placement order) with a free device.
 fn first_free_host(

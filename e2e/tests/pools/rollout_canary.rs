@@ -10,14 +10,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use hcomm_crds::HcommGroup;
 use hcomm_crds::conditions::find_condition;
-use hcomm_crds::contract::{
-    CONDITION_PROGRESSING, GroupReason, LABEL_GROUP, LABEL_MEMBER_INDEX, LABEL_REVISION,
-};
+use hcomm_crds::contract::{CONDITION_PROGRESSING, GroupReason};
 use hcomm_e2e::testbed::examples::{NAMESPACE as NS, POOL_WAIT};
-use hcomm_e2e::testbed::{ExamplePools, Testbed};
-use k8s_openapi::api::core::v1::Pod;
+use hcomm_e2e::testbed::{ExamplePools, MemberPod, Testbed};
 use kube::Api;
-use kube::api::ListParams;
 use serde_json::json;
 
 use crate::check;
@@ -25,45 +21,13 @@ use crate::check;
 /// The progress deadline this scenario sets: a bad revision is stopped this soon.
 const PROGRESS_DEADLINE_SECONDS: i32 = 15;
 
-/// One decode member as the rollout sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Member {
-    uid: String,
-    revision: String,
-    ready: bool,
-}
-
 /// decode's member Pods not being deleted, by member index.
-async fn members_by_index(bed: &Testbed) -> Result<BTreeMap<i32, Member>> {
-    let pods: Api<Pod> = Api::namespaced(bed.client().await?, NS);
-    let list = pods
-        .list(&ListParams::default().labels(&format!("{LABEL_GROUP}=decode")))
-        .await?;
-    let mut out = BTreeMap::new();
-    for p in list.items {
-        if p.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let labels = p.metadata.labels.clone().unwrap_or_default();
-        let index: i32 = labels
-            .get(LABEL_MEMBER_INDEX)
-            .and_then(|i| i.parse().ok())
-            .context("member index label")?;
-        let ready = p
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-        out.insert(
-            index,
-            Member {
-                uid: p.metadata.uid.clone().unwrap_or_default(),
-                revision: labels.get(LABEL_REVISION).cloned().unwrap_or_default(),
-                ready,
-            },
-        );
-    }
-    Ok(out)
+async fn members_by_index(bed: &Testbed) -> Result<BTreeMap<i32, MemberPod>> {
+    bed.members(NS, "decode")
+        .await?
+        .into_iter()
+        .map(|m| Ok((m.index.context("member index label")?, m)))
+        .collect()
 }
 
 fn patch(bed: &Testbed, kind: &str, body: serde_json::Value) -> Result<()> {
@@ -91,8 +55,8 @@ async fn wait_for(
     groups: &Api<HcommGroup>,
     what: &str,
     serving: &[String],
-    done: impl Fn(&BTreeMap<i32, Member>, Option<&(String, String, String)>) -> bool,
-) -> Result<BTreeMap<i32, Member>> {
+    done: impl Fn(&BTreeMap<i32, MemberPod>, Option<&(String, String, String)>) -> bool,
+) -> Result<BTreeMap<i32, MemberPod>> {
     let deadline =
         Instant::now() + POOL_WAIT + Duration::from_secs(PROGRESS_DEADLINE_SECONDS as u64);
     loop {

@@ -83,6 +83,7 @@ pub fn assess(
         slow_after: policy.slow_after,
         stale_after: policy.stale_after,
         assessed_at: now,
+        published_at: BTreeMap::new(),
     }
 }
 
@@ -93,6 +94,40 @@ fn names(test: &LinkTestResult, to: &str, to_address: Option<&str>) -> bool {
 }
 
 impl LinkReport {
+    /// The report with when each of its nodes' agents last published its status: a node
+    /// found down whose agent has published nothing for longer than a result stays fresh
+    /// has gone silent, even when it never published a result about the nodes that found
+    /// it down ([`LinkReport::isolated_nodes`]). The group is looked at again when such a
+    /// node would turn silent.
+    pub fn with_published(mut self, published: &BTreeMap<String, Timestamp>) -> Self {
+        self.published_at = published
+            .iter()
+            .filter(|(node, _)| self.nodes.contains(node))
+            .map(|(node, at)| (node.clone(), *at))
+            .collect();
+        let found_down: BTreeSet<&String> = self
+            .links
+            .iter()
+            .filter(|l| l.state == LinkState::Down)
+            .map(|l| &l.to)
+            .collect();
+        // One second past the limit: silence is an age strictly beyond it.
+        let turns_silent = found_down
+            .iter()
+            .filter_map(|n| self.published_at.get(*n))
+            .map(|p| {
+                self.stale_after - self.assessed_at.duration_since(*p)
+                    + SignedDuration::from_secs(1)
+            })
+            .filter(|left| left.is_positive())
+            .min();
+        self.recheck_after = match (self.recheck_after, turns_silent) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self
+    }
+
     /// The report narrowed to `nodes` (a subset of [`LinkReport::nodes`]): the links between
     /// them as judged, without judging again, and when the freshest of those turns stale.
     pub fn among(&self, nodes: &BTreeSet<String>) -> LinkReport {

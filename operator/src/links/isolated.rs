@@ -11,8 +11,9 @@ impl LinkReport {
     /// either the node has gone silent (its own results, all taken before it was found
     /// down, still call its links up: its agent cannot publish), or its own agent, still
     /// publishing, finds every peer down too while another node is still reached by a third
-    /// node (evidence that does not come from the suspect itself). A node that never
-    /// published proves nothing.
+    /// node (evidence that does not come from the suspect itself), or its agent has
+    /// published nothing at all for longer than a result stays fresh
+    /// ([`LinkReport::published_at`]). A node that never published proves nothing.
     ///
     /// Why the suspect's own word is needed while it still publishes: peers finding a node
     /// down is all a stranger can cause (saturate its probe port), so that alone must
@@ -51,6 +52,16 @@ impl LinkReport {
                     .iter()
                     .all(|l| l.probed_at.is_some_and(|p| p < found_down))
         };
+        // Or its agent has stopped publishing anything: no status for longer than a result
+        // stays fresh (a live agent refreshes it every inventory interval, well within
+        // that), while the others find it down. This also covers a node cut off before it
+        // ever probed the nodes that find it down, which leaves no result of its own to
+        // weigh.
+        let stopped_publishing = |node: &str| {
+            self.published_at
+                .get(node)
+                .is_some_and(|p| self.assessed_at.duration_since(*p) > self.stale_after)
+        };
         // Another node that a third node reached: positive evidence, not mere silence, and
         // not the suspect's own word.
         let some_node_fine = |node: &str| {
@@ -74,7 +85,12 @@ impl LinkReport {
         };
         self.nodes
             .iter()
-            .filter(|n| suspect(n) && (silent(n) || (finds_all_down(n) && some_node_fine(n))))
+            .filter(|n| {
+                suspect(n)
+                    && (silent(n)
+                        || stopped_publishing(n)
+                        || (finds_all_down(n) && some_node_fine(n)))
+            })
             .map(|n| {
                 let seen_by: Vec<String> = inbound(n)
                     .into_iter()

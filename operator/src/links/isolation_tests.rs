@@ -1,5 +1,9 @@
 //! Unit tests of finding isolated nodes.
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::jiff::SignedDuration;
+
 use super::*;
 
 /// Links as (from, to, state, probed at second); a link never probed has no time.
@@ -128,4 +132,47 @@ fn peers_finding_a_node_down_while_it_still_reaches_them_names_nobody() {
         ],
     );
     assert!(partly.isolated_nodes().is_empty());
+}
+
+/// At second `at` of the tests' clock.
+fn second(at: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + at).unwrap()
+}
+
+#[test]
+fn a_node_that_stopped_publishing_before_it_probed_its_finders_is_isolated_once_silent() {
+    // n3 joined the group's nodes just before it was cut off: it never published a result
+    // about n1 or n2, who both find it down. Its agent's last status is from second 5.
+    let links = [
+        ("n1", "n2", Up, 10),
+        ("n2", "n1", Up, 10),
+        ("n1", "n3", Down, 10),
+        ("n2", "n3", Down, 10),
+        ("n3", "n1", NeverProbed, 0),
+        ("n3", "n2", NeverProbed, 0),
+    ];
+    let mut r = report(&["n1", "n2", "n3"], &links);
+    r.stale_after = SignedDuration::from_secs(60);
+    let published = BTreeMap::from([
+        ("n1".to_owned(), second(10)),
+        ("n2".to_owned(), second(10)),
+        ("n3".to_owned(), second(5)),
+    ]);
+    // Not yet: its agent may still be about to publish.
+    r.assessed_at = second(30);
+    let early = r.clone().with_published(&published);
+    assert!(early.isolated_nodes().is_empty());
+    assert_eq!(
+        early.recheck_after,
+        Some(SignedDuration::from_secs(36)),
+        "looked at again just past the silence limit"
+    );
+    // Silent for longer than a result stays fresh.
+    r.assessed_at = second(66);
+    let late = r.clone().with_published(&published);
+    assert_eq!(late.isolated_nodes().keys().collect::<Vec<_>>(), ["n3"]);
+    // A node that keeps publishing is never blamed on its peers' word alone, however long
+    // they find it down (a stranger saturating its probe port).
+    let fresh = BTreeMap::from([("n3".to_owned(), second(64))]);
+    assert!(r.with_published(&fresh).isolated_nodes().is_empty());
 }

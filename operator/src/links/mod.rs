@@ -8,6 +8,8 @@
 //! by the rank table's `server_id` (the node's data address, else its name), so a result
 //! matches a node by name or by data address.
 
+use std::collections::BTreeMap;
+
 use hcomm_crds::MemberPhase;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
@@ -91,6 +93,9 @@ pub struct LinkReport {
     pub stale_after: SignedDuration,
     /// When the results were judged (the reference for their age).
     pub assessed_at: Timestamp,
+    /// When each node's agent last published its status (`HcommNode.status.lastUpdated`;
+    /// see [`LinkReport::with_published`]).
+    pub published_at: BTreeMap<String, Timestamp>,
 }
 
 /// Counts of links by state, for the metric.

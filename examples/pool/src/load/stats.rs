@@ -96,6 +96,41 @@ pub struct LoadStats {
     pub latency_ms: Latency,
     /// Records not kept because the cap was reached (counters still include them).
     pub records_dropped: u64,
+    /// The first [`FAILURES_KEPT`] failed requests, each in one line (when it started,
+    /// every attempt's member and error), so a harness that only sees the stats can say
+    /// why requests failed without the records file.
+    pub first_failures: Vec<String>,
+}
+
+/// How many failed requests [`LoadStats::first_failures`] describes.
+pub const FAILURES_KEPT: usize = 8;
+
+impl RequestRecord {
+    /// One line: start, error, then each attempt as `pod: status/error after ms`.
+    fn failure_line(&self) -> String {
+        let tried: Vec<String> = self
+            .tried
+            .iter()
+            .map(|a| {
+                let who = a.pod.as_deref().unwrap_or(&a.address);
+                let what = match (a.status, a.error.as_deref()) {
+                    (Some(st), Some(e)) => format!("{st} {e}"),
+                    (Some(st), None) => st.to_string(),
+                    (None, Some(e)) => e.to_owned(),
+                    (None, None) => "no answer".to_owned(),
+                };
+                format!("{who}: {what} after {:.0} ms", a.latency_ms)
+            })
+            .collect();
+        format!(
+            "at {:.1} s (unix {} ms), {:.0} ms: {}; tried [{}]",
+            self.start_ms / 1000.0,
+            self.start_unix_ms,
+            self.latency_ms,
+            self.error.as_deref().unwrap_or("no 200"),
+            tried.join("; ")
+        )
+    }
 }
 
 /// The running aggregate and the kept records.
@@ -155,7 +190,12 @@ impl Aggregate {
                     }
                 }
             }
-            Outcome::Failed => s.failed += 1,
+            Outcome::Failed => {
+                s.failed += 1;
+                if s.first_failures.len() < FAILURES_KEPT {
+                    s.first_failures.push(r.failure_line());
+                }
+            }
         }
         if self.records.len() < max_records {
             self.records.push(r);
@@ -273,5 +313,27 @@ mod tests {
         assert_eq!(s.records_dropped, 1);
         assert_eq!(agg.records.len(), 2);
         assert_eq!(s.latency_ms.max, 10.0);
+        assert_eq!(
+            s.first_failures,
+            vec![
+                "at 0.0 s (unix 0 ms), 10 ms: no 200; tried [a: 503 draining after 1 ms; \
+                 c: connect: refused after 1 ms]"
+                    .to_string()
+            ]
+        );
+    }
+
+    #[test]
+    fn only_the_first_failures_are_described() {
+        let mut agg = Aggregate::default();
+        for _ in 0..FAILURES_KEPT + 3 {
+            let mut r = record(Outcome::Failed, "a", "", vec![]);
+            r.error = Some("no ready endpoints".into());
+            agg.add(r, 0);
+        }
+        let s = agg.snapshot();
+        assert_eq!(s.failed, FAILURES_KEPT as u64 + 3);
+        assert_eq!(s.first_failures.len(), FAILURES_KEPT);
+        assert!(s.first_failures[0].contains("no ready endpoints; tried []"));
     }
 }
