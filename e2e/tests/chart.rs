@@ -8,7 +8,6 @@ use std::process::{Command, Output};
 
 use anyhow::{Context, Result, bail, ensure};
 use hcomm_e2e::controlplane::{ControlPlane, ControlPlaneOptions, assets};
-use serde::Deserialize;
 use serde_yaml::Value;
 
 use hcomm_e2e::chart::CHART;

@@ -251,14 +251,16 @@ fn an_op_hung_past_the_op_timeout_is_a_named_error_and_no_buffer_in_use_is_freed
     // The hung rank gives up at its op timeout.
     let hung = &ended[1];
     assert!(
-        hung.verdict.contains("did not finish within the op timeout"),
+        hung.verdict
+            .contains("did not finish within the op timeout"),
         "{hung:#?}"
     );
     // Its peer waits for the hung rank's contribution: it reaches its own op timeout, or,
     // when it started later, sees the hung rank abort first — a named failure either way.
     let peer = &ended[0];
     assert!(
-        peer.verdict.contains("did not finish within the op timeout")
+        peer.verdict
+            .contains("did not finish within the op timeout")
             || (peer.verdict.contains("category=aborted")
                 && peer.stderr.contains("rank 1 did not contribute")),
         "{peer:#?}"
