@@ -79,7 +79,7 @@ fn start_agents(hosts: &SimHosts, cluster: &Cluster, secret: &std::path::Path) -
 
 fn main() {
     harness::run(vec![Test::new(
-        "a_cut_data_link_is_refused_and_members_join_then_drain_after_in_flight_reaches_zero",
+        "a_blackholed_data_link_is_refused_and_members_join_then_drain_after_in_flight_reaches_zero",
         Needs::NetworkNamespaces,
         || {
             let hosts = SimHosts::create(SimHostsOptions::new(3))?;
@@ -102,8 +102,10 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
     cluster.wait_nodes(&all, Duration::from_secs(60)).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
 
-    // 1. host-2's data link is cut: its member is refused, naming the NIC and the peers.
-    hosts.cut_data(2)?;
+    // 1. host-2's data link is blackholed (carrier up, nothing answers): its member is
+    //    refused, naming the NIC and the peers. (A link cut outright is seen at once as a
+    //    NIC that is down: `NoDataNic`, the verification reading the interfaces afresh.)
+    hosts.blackhole_data(2)?;
     let members: Vec<(String, String, i32)> = hosts
         .hosts()
         .iter()
