@@ -390,6 +390,12 @@ async fn the_scheduler_counts_npus(c: &mut Cluster) -> harness::Outcome {
     for n in ["npu-four-a", "npu-four-b"] {
         let p = c.wait_pod(n, "scheduled", |p| node_of(p).is_some()).await?;
         ensure!(node_of(&p).as_deref() == Some("host-0"));
+        // The kubelet admits a bound Pod, and the plugin allocates, a moment after the
+        // binding: the plugin's annotation says the allocation was made.
+        c.wait_pod(n, "the device plugin's annotation", |p| {
+            annotation(p, ANNOTATION_ASCEND_910_CONFIGURATION).is_some()
+        })
+        .await?;
     }
     // host-0 is full now: one more NPU there does not fit, but it does on host-1.
     c.create("npu-one-more", 1, Some("host-0")).await?;

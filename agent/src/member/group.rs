@@ -7,20 +7,19 @@
 //! of facts the agent can read first-hand, and a coupling that makes the operator's
 //! status format part of the agent's behaviour. So the epoch comes from the rank-table
 //! ConfigMap (named by the contract, `hcomm_crds::rank_table::config_map_name`), this member's membership from the
-//! table itself, drain from its own Pod's annotation, and which peers are still on their
+//! table and the Pods it lists, drain from its own Pod's annotation, and which peers are still on their
 //! way from those peers' own Pod conditions ([`still_arriving`]).
+
+use std::collections::BTreeSet;
 
 use hcomm_crds::contract::{
     ANNOTATION_DRAIN_REQUESTED, LABEL_GROUP, POD_VERIFIED, POD_WEIGHTS_SYNCED,
 };
+use hcomm_crds::rank_table::KEY_MEMBERS;
 use hcomm_crds::{CommSpec, HcommGroup, ScalingSpec, WeightsSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
 use kube::api::ListParams;
-
-use std::collections::BTreeSet;
-
-use hcomm_crds::rank_table::KEY_MEMBERS;
 
 use super::ranktable::{KEY_EPOCH, KEY_RANK_TABLE, RankTable};
 use crate::error::{Error, Result};
@@ -107,13 +106,6 @@ pub struct PublishedTable {
     /// epoch's table (a replacement got the same NPUs) and must not take that member's
     /// ranks.
     pub members: Option<BTreeSet<String>>,
-}
-
-impl PublishedTable {
-    /// Whether the epoch's member list names `pod` (true when there is no list).
-    pub fn lists(&self, pod: &str) -> bool {
-        self.members.as_ref().is_none_or(|m| m.contains(pod))
-    }
 }
 
 /// Fetches and parses the rank table ConfigMap.
@@ -211,11 +203,14 @@ mod tests {
         })).unwrap();
         let p = parse_config_map(&cm).unwrap();
         assert_eq!((p.table.world(), p.epoch), (1, 5));
-        assert!(p.lists("g-1-e5") && p.lists("g-0-e1") && !p.lists("g-1-e1"));
+        assert_eq!(
+            p.members,
+            Some(["g-0-e1".to_owned(), "g-1-e5".to_owned()].into())
+        );
         let mut unlisted = cm.clone();
         unlisted.data.as_mut().unwrap().remove("members");
         let p = parse_config_map(&unlisted).unwrap();
-        assert!(p.members.is_none() && p.lists("anyone"));
+        assert!(p.members.is_none());
         let empty = ConfigMap::default();
         assert!(
             parse_config_map(&empty)
