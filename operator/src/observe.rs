@@ -4,6 +4,9 @@
 //! caches, see `crate::cache`) and the recorded rank table — and turn it into planner
 //! inputs (and, for the `LinksHealthy` condition, the link tests every
 //! node's agent published). The conversions are pure.
+//!
+//! Size: the fetch and its pure conversions of one observation belong together; the
+//! conversions are small functions each with its unit test below.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -3,6 +3,9 @@
 //! [`verify_deadline`]), weight sync (finishing a transfer the deleted Pod no longer
 //! needs, but not joining after it), joining the domain (waiting for members still on their
 //! way, following a newer epoch), waiting for the worker, and the drain.
+//!
+//! Size: one `impl Run` block per stage of the same task, each reading the others' state;
+//! splitting it by stage would only move the shared fields' access into more files.
 
 use std::time::Duration;
 
