@@ -6,6 +6,11 @@ use k8s_openapi::jiff::SignedDuration;
 
 use super::*;
 
+/// At second `at` of the tests' clock.
+fn second(at: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + at).unwrap()
+}
+
 /// Links as (from, to, state, probed at second); a link never probed has no time.
 fn report(nodes: &[&str], links: &[(&str, &str, LinkState, i64)]) -> LinkReport {
     LinkReport {
@@ -16,8 +21,7 @@ fn report(nodes: &[&str], links: &[(&str, &str, LinkState, i64)]) -> LinkReport 
                 from: (*from).into(),
                 to: (*to).into(),
                 address: None,
-                probed_at: (*state != NeverProbed)
-                    .then(|| Timestamp::from_second(1_800_000_000 + at).unwrap()),
+                probed_at: (*state != NeverProbed).then(|| second(*at)),
                 state: state.clone(),
                 latency_micros: None,
                 error: None,
@@ -132,11 +136,6 @@ fn peers_finding_a_node_down_while_it_still_reaches_them_names_nobody() {
         ],
     );
     assert!(partly.isolated_nodes().is_empty());
-}
-
-/// At second `at` of the tests' clock.
-fn second(at: i64) -> Timestamp {
-    Timestamp::from_second(1_800_000_000 + at).unwrap()
 }
 
 #[test]
