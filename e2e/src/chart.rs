@@ -34,6 +34,19 @@ pub enum ChartError {
     Template { args: Vec<String>, why: String },
 }
 
+/// `helm` with `args`, its caches and config kept in one directory under the system's
+/// temporary directory (never the user's own helm setup).
+pub fn helm_command(args: &[&str]) -> Result<Command, ChartError> {
+    let home = std::env::temp_dir().join("hcomm-helm-home");
+    let mut command = Command::new(assets::helm()?);
+    command
+        .args(args)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"));
+    Ok(command)
+}
+
 /// The chart's directory.
 pub const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/hcomm");
 
@@ -47,14 +60,9 @@ pub fn render(extra: &[&str]) -> Result<Vec<serde_yaml::Value>, ChartError> {
         why,
     };
     let kube_version = assets::kubernetes_version()?;
-    let home = std::env::temp_dir().join("hcomm-helm-home");
-    let out = Command::new(assets::helm()?)
-        .args(["template", "hcomm", CHART, "--namespace", RELEASE_NAMESPACE])
+    let out = helm_command(&["template", "hcomm", CHART, "--namespace", RELEASE_NAMESPACE])?
         .args(["--kube-version", &kube_version])
         .args(extra)
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
         .output()?;
     if !out.status.success() {
         return Err(failed(String::from_utf8_lossy(&out.stderr).into_owned()));

@@ -3,7 +3,7 @@
 //! the rest (`kubectl auth can-i` as the chart's ServiceAccounts).
 //! Size: one named test per chart behaviour, sharing the render and helm helpers above them.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -12,10 +12,6 @@ use serde_yaml::Value;
 
 use hcomm_e2e::chart::CHART;
 const NAMESPACE: &str = "hcomm-system";
-
-fn helm() -> Result<PathBuf> {
-    assets::helm().context("finding or building helm")
-}
 
 fn output(mut command: Command) -> Result<Output> {
     let shown = format!("{command:?}");
@@ -36,14 +32,7 @@ fn ok(command: Command) -> Result<String> {
 }
 
 fn helm_cmd(args: &[&str]) -> Result<Command> {
-    let mut command = Command::new(helm()?);
-    command.args(args);
-    // Keep helm's own caches and config inside the test's reach.
-    let home = std::env::temp_dir().join("hcomm-helm-home");
-    command.env("HELM_CACHE_HOME", home.join("cache"));
-    command.env("HELM_CONFIG_HOME", home.join("config"));
-    command.env("HELM_DATA_HOME", home.join("data"));
-    Ok(command)
+    Ok(hcomm_e2e::chart::helm_command(args)?)
 }
 
 fn render(extra: &[&str]) -> Result<Vec<Value>> {
