@@ -152,6 +152,10 @@ pub struct Assignment {
     /// How the worker builds this epoch's communicator (see [`WorkerComm`]); `None` until
     /// the member has joined its group's domain, and from an agent that predates it.
     pub comm: Option<WorkerComm>,
+    /// The group's data-path backend (`spec.comm.backend`), known from the first
+    /// assignment on, before `comm`: a worker that must build an HCCL communicator before
+    /// it takes traffic knows it before it reports `serving`.
+    pub backend: WorkerBackend,
 }
 
 /// The collective backend of a worker's communicator (`spec.comm.backend`).

@@ -28,6 +28,9 @@ pub struct DemoOptions {
     pub hosts_mode: HostsMode,
     /// Where to write the member timeline as an SVG chart, if anywhere.
     pub timeline_svg: Option<std::path::PathBuf>,
+    /// Both pools' `comm.backend`. `hccl` runs on the HCCL conformance simulator installed
+    /// as the hosts' CANN runtime (namespace hosts only).
+    pub backend: hcomm_crds::Backend,
 }
 
 impl Default for DemoOptions {
@@ -38,6 +41,7 @@ impl Default for DemoOptions {
             hold: Duration::from_secs(5),
             hosts_mode: HostsMode::NamespacesOrLoopback,
             timeline_svg: None,
+            backend: hcomm_crds::Backend::Tcp,
         }
     }
 }
@@ -45,6 +49,9 @@ impl Default for DemoOptions {
 /// The demo's result: the last line it prints, for scripts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
+    /// The data path the answers came from, as the members reported it: `tcp`, `hccl`,
+    /// or `mixed(...)` with the count of each.
+    pub backend: String,
     /// Requests answered, both pools.
     pub served: u64,
     /// Requests that failed after every retry.
@@ -61,7 +68,8 @@ impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "served={} failed={} wrong_digest={} scale_out_s={:.2} scale_in_s={:.2}",
+            "backend={} served={} failed={} wrong_digest={} scale_out_s={:.2} scale_in_s={:.2}",
+            self.backend,
             self.served,
             self.failed,
             self.wrong_digest,
@@ -95,9 +103,16 @@ pub async fn run(options: &DemoOptions, clock: &Clock) -> Result<Summary> {
     let bed = Testbed::start(TestbedOptions {
         hosts: options.hosts,
         hosts_mode: options.hosts_mode,
+        hccl_runtime: options.backend == hcomm_crds::Backend::Hccl,
         ..Default::default()
     })
     .await?;
+    if bed.hccl_runtime().is_some() {
+        clock.say(
+            "backend hccl: the HCCL conformance simulator is every host's CANN runtime \
+             (a test double: its ranks run on host memory over the hosts' NPU fabric)",
+        );
+    }
     if !bed.hosts().is_isolated() {
         clock.say(
             "hosts on loopback addresses (no network namespaces: not root, or --loopback): no \
@@ -150,7 +165,7 @@ async fn pools(bed: &Testbed, args: &DemoOptions, clock: &Clock) -> Result<Summa
         models.display()
     ));
     let timeline = testbed::Timeline::start(bed.client().await?, NAMESPACE);
-    let applied = bed.apply_examples(&models, &digest)?;
+    let applied = bed.apply_examples_on(&models, &digest, args.backend)?;
     clock.say(format!("kubectl apply -f examples/:\n{}", indent(&applied)));
     for (pool, n) in [("prefill", 2), ("decode", 2)] {
         let members = bed.wait_pool_ready(NAMESPACE, pool, n, POOL_WAIT).await?;
@@ -234,13 +249,41 @@ async fn pools(bed: &Testbed, args: &DemoOptions, clock: &Clock) -> Result<Summa
     let served = decode.served + prefill.served;
     let failed = decode.failed + prefill.failed;
     let wrong = decode.wrong_digest + prefill.wrong_digest;
+    let mut by_comm = decode.by_comm.clone();
+    for (k, n) in &prefill.by_comm {
+        *by_comm.entry(k.clone()).or_default() += n;
+    }
+    if let Some(rt) = bed.hccl_runtime() {
+        let violations = rt.violations();
+        if !violations.is_empty() {
+            return Err(testbed::Error::HcclViolations(violations));
+        }
+    }
     Ok(Summary {
+        backend: comm_summary(&by_comm),
         served,
         failed,
         wrong_digest: wrong,
         scale_out,
         scale_in,
     })
+}
+
+/// `hccl` when every answer came from a member serving on HCCL (likewise `tcp`), else each
+/// backend with its count.
+fn comm_summary(by_comm: &std::collections::BTreeMap<String, u64>) -> String {
+    match by_comm.keys().collect::<Vec<_>>().as_slice() {
+        [] => "none".to_owned(),
+        [only] => (*only).clone(),
+        _ => format!(
+            "mixed({})",
+            by_comm
+                .iter()
+                .map(|(k, n)| format!("{k}:{n}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+    }
 }
 
 fn report(clock: &Clock, pool: &str, s: &LoadStats) {

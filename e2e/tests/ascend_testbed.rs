@@ -190,6 +190,7 @@ impl Cluster {
                 programs: BTreeMap::from([("sleep".to_owned(), PathBuf::from(sleep_binary()?))]),
                 log_dir: dir.join("logs"),
                 device_plugin: Some(plugin.clone()),
+                hccl_runtime: None,
             },
         );
         Ok(Cluster {

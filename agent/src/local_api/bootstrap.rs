@@ -83,6 +83,14 @@ pub fn worker_root_id(secret: &[u8], namespace: &str, group: &str, epoch: u64) -
     id
 }
 
+/// The worker's name for `spec.comm.backend`.
+pub fn worker_backend(backend: hcomm_crds::Backend) -> WorkerBackend {
+    match backend {
+        hcomm_crds::Backend::Hccl => WorkerBackend::Hccl,
+        hcomm_crds::Backend::Tcp => WorkerBackend::Tcp,
+    }
+}
+
 /// The [`WorkerComm`] of one member at one epoch.
 pub fn worker_comm(
     plan: &WorkerPlan<'_>,
@@ -104,10 +112,7 @@ pub fn worker_comm(
         root_info: root.to_string(),
         bind: shifted(plan.control_own)?.to_string(),
         key_hex: worker_key(secret, plan.namespace, plan.group),
-        backend: match comm.backend {
-            hcomm_crds::Backend::Hccl => WorkerBackend::Hccl,
-            hcomm_crds::Backend::Tcp => WorkerBackend::Tcp,
-        },
+        backend: worker_backend(comm.backend),
         connect_timeout_ms: ms(comm.connect_timeout_seconds),
         op_timeout_ms: ms(comm.op_timeout_seconds),
         exec_timeout_ms: ms(comm.exec_timeout_seconds),

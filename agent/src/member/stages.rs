@@ -161,6 +161,7 @@ impl Run {
             epoch: self.planned_epoch(),
             processes: self.processes(),
             comm: self.worker_comm(plan),
+            backend: crate::local_api::bootstrap::worker_backend(self.group.comm.backend),
         });
     }
 

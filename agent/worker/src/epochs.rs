@@ -25,6 +25,11 @@ pub enum EpochRefusal {
     /// A collective with no serving communicator.
     #[error("no communicator serves yet (prepare an epoch, then switch)")]
     NothingServing,
+    /// The agent placed the worker in a newer epoch while this one was being built: some
+    /// of its members will never come (they build the newer one), so the build is dropped
+    /// at once instead of waiting out its deadline. Prepare again.
+    #[error("epoch {epoch} was superseded by epoch {newer} before it was built")]
+    Superseded { epoch: u64, newer: u64 },
 }
 
 /// The serving and the prepared communicator.

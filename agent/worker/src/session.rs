@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use hcomm_comm::hccl::HcclBackend;
 use hcomm_comm::tcp::{Endpoint, TcpComm};
-use hcomm_comm::{CommunicatorExt, ReduceOp};
+use hcomm_comm::{Communicator, CommunicatorExt, ReduceOp};
 use hcomm_crds::local_api::{Assignment, WorkerBackend, WorkerComm, WorkerLoad};
 
 use crate::client::{AgentClient, WatchStream};
@@ -111,21 +111,13 @@ impl Session {
         let (assignment, placement) = self.next_placement(timeout).await?;
         let p = Placement::parse(&placement)?;
         lock(&self.epochs).check(p.epoch)?;
-        let hccl = match p.backend {
-            WorkerBackend::Tcp => None,
-            // First, as it needs no peer: a node without the runtime fails here at once.
-            WorkerBackend::Hccl => Some(self.hccl_backend(&assignment, &p)?),
-        };
-        let ep = self.endpoint_for(&p).await?;
-        let tcp = comm::tcp(ep, &p, &assignment.group).await?;
-        let built = match hccl {
-            None => EpochComm::Tcp(tcp),
-            Some(backend) => {
-                let pending = comm::hccl_prepare(&backend, &tcp, &p).await?;
-                EpochComm::Hccl {
-                    bootstrap: tcp,
-                    pending: Some(pending),
-                }
+        // Members that moved on to a newer epoch never come to this one's rendezvous: the
+        // build is dropped as soon as the agent says so.
+        let built = tokio::select! {
+            built = self.build(&assignment, &p) => built?,
+            newer = self.placed_beyond(p.epoch) => {
+                tracing::info!(epoch = p.epoch, newer, "epoch superseded while being built");
+                return Err(EpochRefusal::Superseded { epoch: p.epoch, newer }.into());
             }
         };
         let replaced = lock(&self.epochs).prepare(p.epoch, built)?;
@@ -134,6 +126,40 @@ impl Session {
         }
         tracing::info!(epoch = p.epoch, rank = p.rank, world = p.world, backend = ?p.backend, "epoch prepared");
         Ok(p.epoch)
+    }
+
+    /// Builds the placement's communicators (TCP, and HCCL beside it for `hccl`).
+    async fn build(&self, assignment: &Assignment, p: &Placement) -> Result<EpochComm> {
+        let hccl = match p.backend {
+            WorkerBackend::Tcp => None,
+            // First, as it needs no peer: a node without the runtime fails here at once.
+            WorkerBackend::Hccl => Some(self.hccl_backend(assignment, p)?),
+        };
+        let ep = self.endpoint_for(p).await?;
+        let tcp = comm::tcp(ep, p, &assignment.group).await?;
+        Ok(match hccl {
+            None => EpochComm::Tcp(tcp),
+            Some(backend) => {
+                let pending = comm::hccl_prepare(&backend, &tcp, p).await?;
+                EpochComm::Hccl {
+                    bootstrap: tcp,
+                    pending: Some(pending),
+                }
+            }
+        })
+    }
+
+    /// Returns once the agent places this worker in an epoch newer than `epoch` (never
+    /// returns otherwise; failed reads are retried, as the build has its own deadline).
+    async fn placed_beyond(&self, epoch: u64) -> u64 {
+        loop {
+            tokio::time::sleep(PLACEMENT_POLL).await;
+            if let Ok(Some(c)) = self.client.assignment().await.map(|a| a.comm)
+                && c.epoch > epoch
+            {
+                return c.epoch;
+            }
+        }
     }
 
     /// The safe point: the prepared communicator serves from now on and the old one is
@@ -175,6 +201,11 @@ impl Session {
         (e.serving_epoch(), e.prepared_epoch())
     }
 
+    /// Ranks in the serving epoch (the same for its TCP and HCCL communicators).
+    pub fn serving_world(&self) -> Result<usize> {
+        Ok(lock(&self.epochs).serving()?.tcp().world_size())
+    }
+
     /// The serving epoch's TCP communicator (the data path on `tcp`).
     pub fn serving_tcp(&self) -> Result<Arc<TcpComm>> {
         Ok(Arc::clone(lock(&self.epochs).serving()?.tcp()))
@@ -186,16 +217,32 @@ impl Session {
         lock(&self.hccl).clone()
     }
 
-    /// Sum all-reduce of `buf` on the serving TCP communicator.
+    /// Sum all-reduce of `buf` on the serving communicator: the TCP engine's, or on
+    /// `backend: hccl` the HCCL one (staged through device memory; engines holding device
+    /// tensors use [`Session::hccl`] directly).
     pub async fn all_reduce_sum_f32(&self, buf: &mut [f32]) -> Result<()> {
         let serving = lock(&self.epochs)
             .serving()
             .map(|c| (c.backend(), Arc::clone(c.tcp())))?;
         match serving {
             (WorkerBackend::Tcp, c) => Ok(c.all_reduce_typed(buf, ReduceOp::Sum).await?),
-            (WorkerBackend::Hccl, _) => Err(Error::Invalid(
-                "backend hccl: collectives run on the device communicator (Session::hccl)".into(),
-            )),
+            (WorkerBackend::Hccl, _) => {
+                let comm = self
+                    .hccl()
+                    .and_then(|b| b.serving())
+                    .ok_or(EpochRefusal::NothingServing)?;
+                Ok(comm.all_reduce_typed(buf, ReduceOp::Sum).await?)
+            }
+        }
+    }
+
+    /// The serving communicator's health: on `backend: hccl`, `HcclGetCommAsyncError` (an
+    /// error on the device that no call returned) and whether a failed collective aborted
+    /// it; on `tcp` a failed collective already said so. `Ok` before the first switch.
+    pub async fn health_check(&self) -> Result<()> {
+        match self.hccl() {
+            Some(b) => Ok(b.health_check().await?),
+            None => Ok(()),
         }
     }
 

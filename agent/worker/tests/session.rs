@@ -161,3 +161,39 @@ async fn an_hccl_placement_on_a_node_without_the_ascend_runtime_fails_at_once_na
     );
     assert_eq!(a.epochs(), (None, None), "nothing prepared");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_whose_epoch_the_agent_supersedes_is_dropped_at_once_not_at_its_deadline() {
+    let bed = Bed::new("superseded");
+    let a = bed.session("w-0");
+    // Epoch 1 names a second member that never comes (it went on to epoch 2): the build
+    // would wait out twice the 5 s connect timeout.
+    bed.place(1, &["w-0", "w-1"], hcomm_crds::Backend::Tcp);
+    let started = std::time::Instant::now();
+    let building = a.prepare(Duration::from_secs(20));
+    let supersede = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        bed.place(2, &["w-0"], hcomm_crds::Backend::Tcp);
+    };
+    let (built, ()) = tokio::join!(building, supersede);
+    let e = built.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Epoch(hcomm_worker::epochs::EpochRefusal::Superseded { epoch: 1, newer: 2 })
+        ),
+        "{e}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "dropped when epoch 2 appeared, not at the build's deadline: {:?}",
+        started.elapsed()
+    );
+    // The newer epoch builds as usual.
+    assert_eq!(a.prepare(Duration::from_secs(20)).await.unwrap(), 2);
+    assert_eq!(a.switch().await.unwrap(), 2);
+    let mut one = [1.0f32];
+    a.all_reduce_sum_f32(&mut one).await.unwrap();
+    assert_eq!((one[0], a.serving_world().unwrap()), (1.0, 1));
+    a.leave().await;
+}

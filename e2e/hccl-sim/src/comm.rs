@@ -111,9 +111,18 @@ pub fn get(id: usize) -> Option<Arc<Comm>> {
         .cloned()
 }
 
+/// The device IP of logical device `device` (see [`crate::faults::Settings::device_ip`]);
+/// a device without one cannot join anything.
+fn device_ip(device: i32) -> Result<std::net::Ipv4Addr, i32> {
+    settings().device_ip(device).map_err(|e| {
+        eprintln!("hccl-sim: device {device}: {e}");
+        HCCL_E_PARA
+    })
+}
+
 /// `HcclGetRootInfo`: listen on this rank's device IP; the blob.
-pub fn get_root_info() -> Result<[u8; HCCL_ROOT_INFO_BYTES], i32> {
-    let ip = settings().device_ip;
+pub fn get_root_info(device: i32) -> Result<[u8; HCCL_ROOT_INFO_BYTES], i32> {
+    let ip = device_ip(device)?;
     let listener = TcpListener::bind(SocketAddrV4::new(ip, 0)).map_err(|e| {
         eprintln!("hccl-sim: HcclGetRootInfo cannot listen on device IP {ip}: {e}");
         HCCL_E_TCP_CONNECT
@@ -175,7 +184,7 @@ pub fn init(
             Link::Hub(accept_ranks(&listener, root.uid, nranks, deadline)?)
         }
     } else {
-        Link::Leaf(join_root(root, rank, nranks, deadline)?)
+        Link::Leaf(join_root(root, rank, nranks, device, deadline)?)
     };
     let comm = Arc::new(Comm {
         rank,
@@ -300,17 +309,21 @@ fn accept_ranks(
 }
 
 /// A non-root rank's half: connect from our device IP, say who we are, wait for the verdict.
-fn join_root(root: RootInfo, rank: u32, nranks: u32, deadline: Instant) -> Result<TcpStream, i32> {
+fn join_root(
+    root: RootInfo,
+    rank: u32,
+    nranks: u32,
+    device: i32,
+    deadline: Instant,
+) -> Result<TcpStream, i32> {
     let s = settings();
+    let ip = device_ip(device)?;
     let never = AtomicBool::new(false);
     let mut conn = loop {
-        match connect_from(s.device_ip, root.addr) {
+        match connect_from(ip, root.addr) {
             Ok(c) => break c,
             Err(ConnectError::Bind(e)) => {
-                eprintln!(
-                    "hccl-sim: rank {rank} cannot use device IP {}: {e}",
-                    s.device_ip
-                );
+                eprintln!("hccl-sim: rank {rank} cannot use device IP {ip}: {e}");
                 return Err(HCCL_E_TCP_CONNECT);
             }
             Err(ConnectError::Connect(e)) => {
@@ -333,7 +346,7 @@ fn join_root(root: RootInfo, rank: u32, nranks: u32, deadline: Instant) -> Resul
     let announced = if s.wrong_device_ip {
         std::net::Ipv4Addr::from(WRONG_IP)
     } else {
-        s.device_ip
+        ip
     };
     let mut hello = Vec::new();
     hello.extend_from_slice(&root.uid.to_le_bytes());

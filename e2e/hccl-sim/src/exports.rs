@@ -227,13 +227,13 @@ pub unsafe extern "C" fn aclrtMemcpy(
 /// `info` must be writable for `HCCL_ROOT_INFO_BYTES`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn HcclGetRootInfo(info: *mut u8) -> c_int {
-    if bound_device("HcclGetRootInfo").is_none() {
+    let Some(device) = bound_device("HcclGetRootInfo") else {
         return HCCL_E_RUNTIME;
-    }
+    };
     if info.is_null() {
         return HCCL_E_PTR;
     }
-    match comm::get_root_info() {
+    match comm::get_root_info(device) {
         Ok(blob) => {
             // SAFETY: the caller's HcclRootInfo is HCCL_ROOT_INFO_BYTES long.
             unsafe { std::ptr::copy_nonoverlapping(blob.as_ptr(), info, HCCL_ROOT_INFO_BYTES) };

@@ -20,8 +20,17 @@ use hcomm_crds::contract::env;
 
 /// Faults to inject (see the module docs).
 pub const FAULT_ENV: &str = "HCOMM_SIM_FAULT";
-/// This rank's simulated device IP (the rank table's `device_ip`); default 127.0.0.1.
+/// This rank's simulated device IP (the rank table's `device_ip`), overriding
+/// [`HCCN_CONF_ENV`]; default 127.0.0.1.
 pub const DEVICE_IP_ENV: &str = "HCOMM_SIM_DEVICE_IP";
+/// The node's `/etc/hccn.conf` (`address_<phys>=IP`), standing in for the driver the real
+/// runtime asks: the device IP is the one of the physical NPU behind the logical device
+/// `aclrtSetDevice` bound, through `ASCEND_VISIBLE_DEVICES` as the container runtime set it.
+/// A process driving the wrong device therefore announces the wrong IP, as on hardware.
+pub const HCCN_CONF_ENV: &str = "HCOMM_SIM_HCCN_CONF";
+/// The container's NPUs (physical ids, comma-separated), as the Ascend device plugin sets
+/// them; logical device `i` is the `i`-th.
+const VISIBLE_DEVICES_ENV: &str = "ASCEND_VISIBLE_DEVICES";
 
 /// HCCL's default `HCCL_CONNECT_TIMEOUT` (seconds).
 const DEFAULT_CONNECT_SECS: u64 = 120;
@@ -37,7 +46,11 @@ pub struct Settings {
     /// `None`: 0 was configured, i.e. never time out.
     pub exec_timeout: Option<Duration>,
     pub buffsize_mb: u64,
-    pub device_ip: Ipv4Addr,
+    /// [`DEVICE_IP_ENV`], when set.
+    pub explicit_ip: Option<Ipv4Addr>,
+    /// [`HCCN_CONF_ENV`] and [`VISIBLE_DEVICES_ENV`], when set.
+    pub hccn_conf: Option<std::path::PathBuf>,
+    pub visible_devices: Option<String>,
     pub slow_op: Option<Duration>,
     pub hang_op: Option<u64>,
     pub die_in_init: bool,
@@ -58,11 +71,12 @@ impl Settings {
             }
         };
         let exec = num(env::HCCL_EXEC_TIMEOUT, DEFAULT_EXEC_SECS)?;
-        let device_ip = match get(DEVICE_IP_ENV) {
-            None => Ipv4Addr::LOCALHOST,
-            Some(v) => v
-                .parse()
-                .map_err(|_| format!("{DEVICE_IP_ENV}={v:?} is not an IPv4 address"))?,
+        let explicit_ip = match get(DEVICE_IP_ENV) {
+            None => None,
+            Some(v) => Some(
+                v.parse()
+                    .map_err(|_| format!("{DEVICE_IP_ENV}={v:?} is not an IPv4 address"))?,
+            ),
         };
         let mut s = Self {
             connect_timeout: Duration::from_secs(num(
@@ -71,7 +85,9 @@ impl Settings {
             )?),
             exec_timeout: (exec > 0).then(|| Duration::from_secs(exec)),
             buffsize_mb: num(env::HCCL_BUFFSIZE, DEFAULT_BUFFSIZE_MB)?,
-            device_ip,
+            explicit_ip,
+            hccn_conf: get(HCCN_CONF_ENV).filter(|v| !v.is_empty()).map(Into::into),
+            visible_devices: get(VISIBLE_DEVICES_ENV).filter(|v| !v.is_empty()),
             slow_op: None,
             hang_op: None,
             die_in_init: false,
@@ -100,6 +116,47 @@ impl Settings {
         }
         Ok(s)
     }
+}
+
+impl Settings {
+    /// The device IP of logical device `device`: [`DEVICE_IP_ENV`], else the hccn.conf
+    /// address of the physical NPU behind it, else 127.0.0.1.
+    pub fn device_ip(&self, device: i32) -> Result<Ipv4Addr, String> {
+        if let Some(ip) = self.explicit_ip {
+            return Ok(ip);
+        }
+        let Some(conf) = &self.hccn_conf else {
+            return Ok(Ipv4Addr::LOCALHOST);
+        };
+        let physical = match &self.visible_devices {
+            None => device.to_string(),
+            Some(list) => list
+                .split(',')
+                .map(str::trim)
+                .nth(usize::try_from(device).unwrap_or(usize::MAX))
+                .ok_or_else(|| {
+                    format!("logical device {device} is not in {VISIBLE_DEVICES_ENV}={list}")
+                })?
+                .to_owned(),
+        };
+        let text = std::fs::read_to_string(conf)
+            .map_err(|e| format!("{HCCN_CONF_ENV}: cannot read {}: {e}", conf.display()))?;
+        address_in_hccn_conf(&text, &physical).ok_or_else(|| {
+            format!(
+                "{}: no address_{physical} (logical device {device}): the NPU has no device IP",
+                conf.display()
+            )
+        })
+    }
+}
+
+/// `address_<physical>=IP` of an hccn.conf text.
+fn address_in_hccn_conf(text: &str, physical: &str) -> Option<Ipv4Addr> {
+    let key = format!("address_{physical}");
+    text.lines().find_map(|line| {
+        let (k, v) = line.trim().split_once('=')?;
+        (k.trim() == key).then(|| v.trim().parse().ok())?
+    })
 }
 
 /// The process's settings; a malformed environment aborts loudly (a test set it up wrong).
@@ -133,7 +190,33 @@ mod tests {
         assert_eq!(s.connect_timeout, Duration::from_secs(120));
         assert_eq!(s.exec_timeout, Some(Duration::from_secs(1836)));
         assert_eq!(s.buffsize_mb, 200);
-        assert_eq!(s.device_ip, Ipv4Addr::LOCALHOST);
+        assert_eq!(s.device_ip(0), Ok(Ipv4Addr::LOCALHOST));
+    }
+
+    #[test]
+    fn the_device_ip_is_the_hccn_conf_address_of_the_physical_npu_behind_the_logical_one() {
+        let conf = std::env::temp_dir().join(format!("hccl-sim-hccn-{}.conf", std::process::id()));
+        std::fs::write(
+            &conf,
+            "address_4=192.168.1.14\nnetmask_4=255.255.255.0\naddress_5=192.168.1.15\n",
+        )
+        .unwrap();
+        let path = conf.display().to_string();
+        let s = parse(&[(HCCN_CONF_ENV, &path), ("ASCEND_VISIBLE_DEVICES", "5,4")]).unwrap();
+        assert_eq!(s.device_ip(0), Ok(Ipv4Addr::new(192, 168, 1, 15)));
+        assert_eq!(s.device_ip(1), Ok(Ipv4Addr::new(192, 168, 1, 14)));
+        let e = s.device_ip(2).unwrap_err();
+        assert!(e.contains("logical device 2"), "{e}");
+        let s = parse(&[(HCCN_CONF_ENV, &path)]).unwrap();
+        let e = s.device_ip(0).unwrap_err();
+        assert!(e.contains("no address_0"), "{e}");
+        let s = parse(&[(HCCN_CONF_ENV, &path), (DEVICE_IP_ENV, "10.0.0.1")]).unwrap();
+        assert_eq!(
+            s.device_ip(1),
+            Ok(Ipv4Addr::new(10, 0, 0, 1)),
+            "the override wins"
+        );
+        let _ = std::fs::remove_file(conf);
     }
 
     #[test]

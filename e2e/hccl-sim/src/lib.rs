@@ -10,7 +10,8 @@
 //!   without a timeout;
 //! - `comm`: root-info rendezvous (the root rank listens on its device IP, the others connect
 //!   from theirs), collectives relayed through rank 0 and checked to match across ranks;
-//! - `faults`: slow op, hung op, dead peer, wrong device IP, async error, from the
+//! - `faults`: the device IP (of the NPU behind the bound device, from the node's hccn.conf),
+//!   and slow op, hung op, dead peer, wrong device IP, async error, from the
 //!   environment at first use; `HCCL_CONNECT_TIMEOUT` / `HCCL_EXEC_TIMEOUT` /
 //!   `HCCL_BUFFSIZE` are honoured as the real library reads them.
 //!
@@ -29,5 +30,5 @@ mod violation;
 mod wire;
 
 pub use codes::*;
-pub use faults::{DEVICE_IP_ENV, FAULT_ENV};
+pub use faults::{DEVICE_IP_ENV, FAULT_ENV, HCCN_CONF_ENV};
 pub use violation::VIOLATIONS_ENV;

@@ -4,7 +4,8 @@
 //! the prefill/decode example, puts load on both pools through the reference router,
 //! scales decode 2 → 4 → 2 with `kubectl scale`, prints progress and a per-member
 //! timeline, cleans up, and ends with one line a script can read:
-//! `served=N failed=N wrong_digest=N scale_out_s=S scale_in_s=S` (see `hcomm_e2e::demo`).
+//! `backend=B served=N failed=N wrong_digest=N scale_out_s=S scale_in_s=S` (see
+//! `hcomm_e2e::demo`).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -25,7 +26,7 @@ use hcomm_e2e::testbed::{HostsMode, binaries};
                   and a real control plane, starts the agents and the operator, applies the \
                   prefill/decode example, puts load on both pools and scales decode 2 → 4 → 2, \
                   then prints one line a script can read: \
-                  served=N failed=N wrong_digest=N scale_out_s=S scale_in_s=S.\n\n\
+                  backend=B served=N failed=N wrong_digest=N scale_out_s=S scale_in_s=S.\n\n\
                   Hosts: as root, network namespaces with their own NICs; without root, or with \
                   --loopback, loopback addresses. Logs stay in the folder printed at the start \
                   when HCOMM_E2E_KEEP_STATE=1.",
@@ -64,12 +65,26 @@ struct Cli {
     /// gets), instead of network namespaces.
     #[arg(long)]
     loopback: bool,
+    /// Both pools' collective backend. `hccl` runs them on the HCCL conformance simulator
+    /// (a test double of the CANN runtime, built from e2e/hccl-sim) installed as every
+    /// host's runtime; it needs network-namespace hosts (root, no --loopback).
+    #[arg(long, value_enum, default_value_t = BackendArg::Tcp)]
+    backend: BackendArg,
     /// Also write the per-member timeline as an SVG chart to FILE.
     #[arg(long, value_name = "FILE")]
     timeline_svg: Option<std::path::PathBuf>,
     /// Log line format of the demo's own logs: text, or json (span fields included).
     #[arg(long, value_enum, env = "HCOMM_LOG_FORMAT", default_value_t)]
     log_format: LogFormat,
+}
+
+/// `--backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BackendArg {
+    /// hcomm's TCP engine.
+    Tcp,
+    /// HCCL, on the conformance simulator.
+    Hccl,
 }
 
 /// How the demo's log lines are written.
@@ -118,6 +133,10 @@ impl Cli {
                 DemoOptions::default().hosts_mode
             },
             timeline_svg: self.timeline_svg.clone(),
+            backend: match self.backend {
+                BackendArg::Tcp => hcomm_crds::Backend::Tcp,
+                BackendArg::Hccl => hcomm_crds::Backend::Hccl,
+            },
         }
     }
 }

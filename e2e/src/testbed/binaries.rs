@@ -22,14 +22,16 @@ pub const ROUTER: &str = "hcomm-router";
 pub const HCCN_TOOL_SIM: &str = "hccn-tool-sim";
 
 /// Builds the programs the testbed runs (`cargo build --bins` of the agent, operator and
-/// the reference worker and router, and this crate's hccn_tool simulator) with the Cargo that runs this program (`$CARGO`), in
+/// the reference worker and router, and this crate's hccn_tool simulator; the HCCL
+/// simulator's shared object) with the Cargo that runs this program (`$CARGO`), in
 /// the same target folder — for binaries started with `cargo run`, which builds only
 /// their own package. Prints nothing unless the build fails.
 pub fn build_programs() -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let what = "cargo build --bins -p hcomm-agent -p hcomm-operator -p hcomm-examples -p hcomm-e2e";
+    let what = "cargo build --bins --lib -p hcomm-agent -p hcomm-operator -p hcomm-examples \
+                -p hcomm-e2e -p hcomm-hccl-sim";
     let mut cmd = std::process::Command::new(cargo);
-    cmd.args(["build", "--quiet", "--bins"])
+    cmd.args(["build", "--quiet", "--bins", "--lib"])
         .args([
             "-p",
             "hcomm-agent",
@@ -40,6 +42,9 @@ pub fn build_programs() -> Result<()> {
             // The hccn_tool simulator the hosts' wrappers run.
             "-p",
             "hcomm-e2e",
+            // The HCCL conformance simulator (a shared object) for `--backend hccl`.
+            "-p",
+            "hcomm-hccl-sim",
         ])
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
     // The same profile as the caller, so the programs land next to it.
@@ -75,7 +80,7 @@ pub fn find(name: &str) -> Result<PathBuf> {
 
 /// `$HCOMM_BIN_DIR`, then the executable's folder and its parent (integration tests run
 /// from `target/<profile>/deps`).
-fn search_dirs() -> Vec<PathBuf> {
+pub(crate) fn search_dirs() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::var_os(BIN_DIR_ENV)
         .map(PathBuf::from)
         .into_iter()

@@ -12,6 +12,13 @@ pub enum Error {
     /// Installing the chart failed.
     #[error("chart: {0}")]
     Chart(#[from] crate::chart::ChartError),
+    /// What was asked for cannot be set up on these hosts (the message says why).
+    #[error("{0}")]
+    Unsupported(String),
+    /// The HCCL conformance simulator saw the product break one of HCCL's rules (a device
+    /// buffer freed while a collective used it, collectives that do not match, ...).
+    #[error("the HCCL simulator recorded violations of HCCL's rules:\n{0}")]
+    HcclViolations(String),
     /// A workspace program has not been built.
     #[error(
         "`{program}` not found (searched {searched}); build the workspace's programs first: \

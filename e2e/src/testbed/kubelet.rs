@@ -73,6 +73,8 @@ pub struct KubeletConfig {
     pub log_dir: PathBuf,
     /// The device-plugin stand-in, when nodes have NPUs.
     pub device_plugin: Option<DevicePlugin>,
+    /// The CANN runtime (the HCCL simulator) that containers given NPUs see, if installed.
+    pub hccl_runtime: Option<super::hccl_runtime::HcclRuntime>,
 }
 
 /// Whether Pods' processes get their own cgroups on this machine (else why not): the
@@ -321,6 +323,15 @@ impl State {
         let (mut launches, _) = launch::plan(pod, &node.root, &self.config.programs);
         if let Some(a) = &allocation {
             give_devices(&mut launches, a);
+            if let Some(rt) = &self.config.hccl_runtime {
+                // As an image with CANN installed and the Ascend runtime's driver mounts.
+                for l in launches
+                    .iter_mut()
+                    .filter(|l| a.containers.contains_key(&l.container))
+                {
+                    l.env.extend(rt.container_env(node.host));
+                }
+            }
         }
         if launches.is_empty() {
             return;

@@ -57,6 +57,9 @@ pub struct LoadStats {
     pub mixed_digest_members: Vec<String>,
     /// The first failed requests, one line each (start, error, every attempt).
     pub first_failures: Vec<String>,
+    /// Served answers by the communicator backend the answering member served on.
+    #[serde(default)]
+    pub by_comm: BTreeMap<String, u64>,
     /// The last line was the final one.
     #[serde(rename = "final")]
     pub finished: bool,

@@ -20,6 +20,7 @@ pub mod cluster;
 pub mod device_plugin;
 mod error;
 pub mod examples;
+pub mod hccl_runtime;
 pub mod kubelet;
 pub mod launch;
 pub mod load;
@@ -69,6 +70,10 @@ pub struct TestbedOptions {
     pub hosts_mode: HostsMode,
     /// How long the agents keep a weights version no link uses (`--weights-gc-grace-secs`).
     pub weights_gc_grace: Duration,
+    /// Install the HCCL conformance simulator as every host's CANN runtime
+    /// ([`hccl_runtime`]), so `backend: hccl` groups run (namespace hosts only). Without
+    /// it the hosts have no Ascend runtime and such groups are refused at verification.
+    pub hccl_runtime: bool,
 }
 
 /// What the simulated hosts are made of.
@@ -92,6 +97,7 @@ impl Default for TestbedOptions {
             health_interval: Duration::from_secs(1),
             hosts_mode: HostsMode::Namespaces,
             weights_gc_grace: Duration::from_secs(5),
+            hccl_runtime: false,
         }
     }
 }
@@ -113,6 +119,7 @@ pub struct Testbed {
     agent_kubeconfig: PathBuf,
     operator_kubeconfig: PathBuf,
     secret_file: PathBuf,
+    hccl_runtime: Option<hccl_runtime::HcclRuntime>,
 }
 
 /// Ports every agent uses on its host (the chart's defaults).
@@ -189,6 +196,10 @@ impl Testbed {
         .await?;
         let secret_file = dir.join("probe-secret");
         write_secret(&secret_file)?;
+        let hccl_runtime = options
+            .hccl_runtime
+            .then(|| hccl_runtime::HcclRuntime::install(&dir, &hosts))
+            .transpose()?;
         let mut bed = Testbed {
             kubelet: None,
             device_plugin: None,
@@ -204,6 +215,7 @@ impl Testbed {
             agent_kubeconfig,
             operator_kubeconfig,
             secret_file,
+            hccl_runtime,
         };
         bed.install_ascend_roots()?;
         // The kubelet's side first (device plugin, PodResources sockets), so an agent
@@ -270,6 +282,7 @@ impl Testbed {
                 programs,
                 log_dir: bed.dir.join("logs"),
                 device_plugin: bed.device_plugin.clone(),
+                hccl_runtime: bed.hccl_runtime.clone(),
             },
         ));
         bed.wait_for_nodes(Duration::from_secs(60)).await?;
@@ -348,6 +361,11 @@ impl Testbed {
                 })?;
         }
         Ok(())
+    }
+
+    /// The HCCL simulator installed as the hosts' runtime, if asked for.
+    pub fn hccl_runtime(&self) -> Option<&hccl_runtime::HcclRuntime> {
+        self.hccl_runtime.as_ref()
     }
 
     /// The processes the kubelet runs now.
@@ -528,6 +546,10 @@ impl Testbed {
             .env("HCOMM_HCCN_CONF", self.ascend_root(i).hccn_conf())
             .env("HOME", &root)
             .stdin(Stdio::null());
+        if let Some(rt) = &self.hccl_runtime {
+            let (k, v) = rt.agent_env();
+            cmd.env(k, v);
+        }
         let log = self.log_file(h.name())?;
         cmd.stdout(log.try_clone().map_err(Error::io("agent log"))?)
             .stderr(log);

@@ -18,6 +18,7 @@ use super::communicator::{HcclCommunicator, Job};
 use super::epoch::{EpochManager, EpochSettings, EpochSource};
 use super::ffi::Api;
 use super::search::LibrarySearch;
+use super::slot::Epoched;
 use super::types::HcclRootInfo;
 
 /// How to create the backend.
@@ -156,6 +157,27 @@ impl HcclBackend {
             .map_err(|_| HcclError::BuilderPanicked { epoch: 0 })?;
         rx.await
             .map_err(|_| HcclError::BuilderPanicked { epoch: 0 })?
+    }
+
+    /// A handle on the communicator that serves now, however it got there (the worker
+    /// library prepares and switches through [`HcclBackend::epochs`] so that the engine picks
+    /// the safe point). `None` before the first switch. Like every epoch's handle it fails
+    /// with a stale-epoch error once the process switches again.
+    pub fn serving(&self) -> Option<HcclCommunicator> {
+        let (epoch, rank, world) = {
+            let current = self.manager.lock_current();
+            let c = current.as_ref()?;
+            (c.epoch(), c.comm().rank(), c.comm().world())
+        };
+        Some(HcclCommunicator {
+            epoch,
+            rank: rank as usize,
+            world: world as usize,
+            device: self.config.device,
+            op_timeout: self.config.op_timeout,
+            manager: Arc::clone(&self.manager),
+            jobs: self.jobs.clone(),
+        })
     }
 
     /// Root rank of a new epoch: the root info to hand to every member out of band.

@@ -287,6 +287,7 @@ impl LoopCtx {
             pod,
             digest,
             epoch: field("epoch").and_then(|v| v.as_u64()),
+            comm: field("comm").and_then(|v| v.as_str()).map(str::to_owned),
             attempts: d.attempts.len() as u32,
             tried: d.attempts,
             error,

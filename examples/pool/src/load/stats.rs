@@ -35,6 +35,8 @@ pub struct RequestRecord {
     pub pod: Option<String>,
     pub digest: Option<String>,
     pub epoch: Option<u64>,
+    /// The communicator backend the answering member served on (the answer's `comm`).
+    pub comm: Option<String>,
     pub attempts: u32,
     pub tried: Vec<Attempt>,
     pub error: Option<String>,
@@ -100,6 +102,9 @@ pub struct LoadStats {
     /// every attempt's member and error), so a harness that only sees the stats can say
     /// why requests failed without the records file.
     pub first_failures: Vec<String>,
+    /// Served answers by the communicator backend the member reported (`tcp`, `hccl`;
+    /// `none` from a worker that says nothing): which data path actually served.
+    pub by_comm: BTreeMap<String, u64>,
 }
 
 /// How many failed requests [`LoadStats::first_failures`] describes.
@@ -175,6 +180,9 @@ impl Aggregate {
                     s.wrong_digest += 1;
                 }
                 self.served_latencies.push(r.latency_ms);
+                *s.by_comm
+                    .entry(r.comm.clone().unwrap_or_else(|| "none".into()))
+                    .or_default() += 1;
                 if let Some(pod) = &r.pod {
                     let ps = s.by_pod.entry(pod.clone()).or_default();
                     ps.served += 1;
@@ -251,6 +259,7 @@ mod tests {
             pod: Some(pod.into()),
             digest: Some(digest.into()),
             epoch: Some(1),
+            comm: Some("tcp".into()),
             attempts: tried.len() as u32,
             tried,
             error: None,

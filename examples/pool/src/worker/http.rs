@@ -38,6 +38,9 @@ pub struct GenerateResponse {
     pub weights_digest: String,
     pub tokens: u32,
     pub role: String,
+    /// The data path the member serves on (`tcp`, `hccl`).
+    #[serde(default)]
+    pub comm: String,
 }
 
 /// Handler state.
@@ -116,6 +119,7 @@ async fn generate(State(api): State<Api>, Json(req): Json<GenerateRequest>) -> R
         weights_digest: id.weights_digest,
         tokens: req.tokens,
         role: api.state.role.clone(),
+        comm: id.comm.to_owned(),
     })
     .into_response()
 }

@@ -100,8 +100,8 @@ async fn session(
     state.set_assignment(assignment);
     let mut stream = agent.watch().await?;
     backoff.reset();
-    // A reconnect (e.g. a restarted agent): say again that the pinned weights serve.
-    if state.weights().is_some() {
+    // A reconnect (e.g. a restarted agent): say again that the worker serves.
+    if state.is_ready() {
         agent.serving().await?;
     }
     loop {
@@ -159,10 +159,15 @@ fn maybe_load(state: &Arc<WorkerState>, agent: &AgentClient, path: Option<String
         }
         let loaded = result.is_ok();
         state.finish_load(result);
+        if !loaded {
+            return;
+        }
+        // On `backend: hccl` the device communicator must serve too (`communicator`).
+        state.ready().await;
         // Only now may traffic come: tell the agent (which then opens the readiness gate
         // of a Pod annotated `hcomm.io/worker-readiness: local-api`). A failure here is
-        // retried by the next session, which repeats it for loaded weights.
-        if loaded && let Err(e) = agent.serving().await {
+        // retried by the next session, which repeats it once ready.
+        if let Err(e) = agent.serving().await {
             tracing::warn!(error = %e, "could not report serving to the agent");
         }
     });

@@ -10,10 +10,12 @@
 //! else `/run/hcomm/agent.sock`.
 //!
 //! Modules: [`state`] (admission, counters, pinned weights), [`weights`] (pin and
-//! digest), [`link`] (agent session and in-flight reporter), [`http`] (the API),
+//! digest), [`link`] (agent session and in-flight reporter), [`communicator`] (the HCCL
+//! communicator of `backend: hccl`, through the worker library), [`http`] (the API),
 //! [`metrics`] (load signals for autoscalers on `/metrics`), [`shutdown`] (SIGTERM through
 //! hcomm's drain).
 
+pub mod communicator;
 pub mod http;
 pub mod link;
 pub mod metrics;
@@ -34,7 +36,7 @@ pub use link::LinkTiming;
 pub use state::{WorkerState, WorkerStats};
 
 use crate::error::{Error, Result};
-use hcomm_worker::AgentClient;
+use hcomm_worker::{AgentClient, Session};
 
 /// Default agent socket (the chart's `--socket`).
 pub const DEFAULT_AGENT_SOCKET: &str = "/run/hcomm/agent.sock";
@@ -101,6 +103,7 @@ pub struct Worker {
     server: JoinHandle<std::io::Result<()>>,
     link: Vec<JoinHandle<()>>,
     agent: AgentClient,
+    session: Arc<Session>,
     grace: Duration,
 }
 
@@ -115,6 +118,7 @@ pub async fn start(cfg: WorkerConfig) -> Result<Worker> {
         .map_err(Error::io("listener address"))?;
     let state = WorkerState::new(cfg.pod.clone(), cfg.role.clone());
     let agent = cfg.agent();
+    let session = Arc::new(Session::new(agent.clone()));
     let link = vec![
         tokio::spawn(link::run_session(
             Arc::clone(&state),
@@ -126,6 +130,7 @@ pub async fn start(cfg: WorkerConfig) -> Result<Worker> {
             agent.clone(),
             cfg.timing.clone(),
         )),
+        tokio::spawn(communicator::run(Arc::clone(&state), Arc::clone(&session))),
     ];
     let app = http::router(http::Api {
         state: Arc::clone(&state),
@@ -149,6 +154,7 @@ pub async fn start(cfg: WorkerConfig) -> Result<Worker> {
         server,
         link,
         agent,
+        session,
         grace: cfg.shutdown_grace,
     })
 }
@@ -197,6 +203,7 @@ impl Worker {
         for task in self.link {
             task.abort();
         }
+        communicator::leave(&self.session).await;
         tracing::info!(served = self.state.stats().served, "worker stopped");
         result
     }

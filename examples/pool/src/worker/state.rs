@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use serde::Serialize;
 use tokio::sync::watch;
 
+use hcomm_crds::local_api::WorkerBackend;
 use hcomm_worker::Assignment;
 
 /// The digest a worker reports for a group without `spec.weights`.
@@ -63,6 +64,21 @@ pub struct WorkerStats {
     pub weights_digest: Option<String>,
     pub draining: bool,
     pub epoch: Option<u64>,
+    /// The worker's own communicator (`backend: hccl`).
+    pub comm: CommStatus,
+}
+
+/// Where the worker's own communicator stands. Only `backend: hccl` builds one (see
+/// `communicator`): on `tcp` the reference worker's requests run no collective of their own.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CommStatus {
+    /// The epoch whose communicator serves, once its check all-reduce passed.
+    pub serving_epoch: Option<u64>,
+    /// Switches to a checked communicator.
+    pub switches: u64,
+    /// Builds, switches, checks or health checks that failed.
+    pub failures: u64,
+    pub last_error: Option<String>,
 }
 
 /// What one `POST /generate` answer says about who served it.
@@ -72,6 +88,8 @@ pub struct Identity {
     pub rank: u32,
     pub epoch: u64,
     pub weights_digest: String,
+    /// The data path it served on: `hccl` or `tcp`.
+    pub comm: &'static str,
 }
 
 /// The worker's shared state.
@@ -85,6 +103,7 @@ pub struct WorkerState {
     served: AtomicU64,
     rejected_not_ready: AtomicU64,
     rejected_draining: AtomicU64,
+    comm: watch::Sender<CommStatus>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -103,12 +122,57 @@ impl WorkerState {
             served: AtomicU64::new(0),
             rejected_not_ready: AtomicU64::new(0),
             rejected_draining: AtomicU64::new(0),
+            comm: watch::channel(CommStatus::default()).0,
         })
     }
 
-    /// Ready to serve: the assignment is known and the weights are loaded.
+    /// Ready to serve: the assignment is known, the weights are loaded and, on
+    /// `backend: hccl`, an HCCL communicator serves (checked by an all-reduce).
     pub fn is_ready(&self) -> bool {
-        self.weights.get().is_some() && lock(&self.assignment).is_some()
+        let backend = lock(&self.assignment).as_ref().map(|a| a.backend);
+        self.weights.get().is_some()
+            && match backend {
+                None => false,
+                Some(WorkerBackend::Tcp) => true,
+                Some(WorkerBackend::Hccl) => self.comm.borrow().serving_epoch.is_some(),
+            }
+    }
+
+    /// Waits until [`WorkerState::is_ready`] (woken by the communicator's progress; the
+    /// weights and the assignment come before it is asked).
+    pub async fn ready(&self) {
+        let mut rx = self.comm.subscribe();
+        while !self.is_ready() {
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The group's data-path backend, once assigned.
+    pub fn backend(&self) -> Option<WorkerBackend> {
+        lock(&self.assignment).as_ref().map(|a| a.backend)
+    }
+
+    /// Records a switch to a checked communicator.
+    pub fn comm_serving(&self, epoch: u64) {
+        self.comm.send_modify(|c| {
+            c.serving_epoch = Some(epoch);
+            c.switches += 1;
+        });
+    }
+
+    /// Records a failure of the communicator path (the serving one, if any, stays).
+    pub fn comm_failed(&self, error: String) {
+        self.comm.send_modify(|c| {
+            c.failures += 1;
+            c.last_error = Some(error);
+        });
+    }
+
+    /// The communicator's state.
+    pub fn comm(&self) -> CommStatus {
+        self.comm.borrow().clone()
     }
 
     /// Admits a request or says why not, counting rejections.
@@ -216,11 +280,16 @@ impl WorkerState {
     pub fn identity(&self) -> Option<Identity> {
         let w = self.weights.get()?;
         let a = lock(&self.assignment).clone()?;
+        let comm = match a.backend {
+            WorkerBackend::Tcp => "tcp",
+            WorkerBackend::Hccl => "hccl",
+        };
         Some(Identity {
             group: a.group,
             rank: a.rank,
             epoch: a.epoch,
             weights_digest: w.digest.clone(),
+            comm,
         })
     }
 
@@ -239,6 +308,7 @@ impl WorkerState {
             weights_digest: self.weights.get().map(|w| w.digest.clone()),
             draining: a.draining,
             epoch: lock(&self.assignment).as_ref().map(|a| a.epoch),
+            comm: self.comm(),
         }
     }
 }
@@ -314,5 +384,32 @@ mod tests {
         assert!(!s.begin_load(), "loaded weights are pinned");
         s.set_epoch(9);
         assert_eq!(s.identity().unwrap().epoch, 9);
+    }
+
+    #[test]
+    fn on_hccl_a_worker_is_ready_only_once_a_checked_communicator_serves() {
+        let s = ready_state();
+        assert_eq!(s.identity().unwrap().comm, "tcp");
+        s.set_assignment(Assignment {
+            backend: WorkerBackend::Hccl,
+            ..s.assignment().unwrap()
+        });
+        assert!(
+            !s.is_ready(),
+            "weights loaded, but no HCCL communicator yet"
+        );
+        assert!(matches!(s.admit(), Admit::NotReady));
+        s.comm_failed("epoch 1: check all-reduce timed out".into());
+        assert!(!s.is_ready(), "a failed build serves nothing");
+        s.comm_serving(2);
+        assert!(s.is_ready());
+        assert_eq!(s.identity().unwrap().comm, "hccl");
+        let c = s.stats().comm;
+        assert_eq!((c.serving_epoch, c.switches, c.failures), (Some(2), 1, 1));
+        s.comm_failed("health check: async error".into());
+        assert!(
+            s.is_ready(),
+            "the serving communicator stays until a newer one replaces it"
+        );
     }
 }
