@@ -81,7 +81,21 @@ pub enum Request {
         #[serde(flatten)]
         load: WorkerLoad,
     },
+    /// The worker cannot serve: what it needs before traffic (its communicator, say)
+    /// failed for good. While the agent waits for `serving` the member's join fails at
+    /// once with `reason` (at most [`CANNOT_SERVE_REASON_MAX`] bytes kept), so the
+    /// operator replaces it instead of waiting out the worker-ready timeout. Ignored once
+    /// the member serves: a serving member ends only through a drain.
+    CannotServe {
+        pod: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        reason: String,
+    },
 }
+
+/// How much of a `cannot_serve` reason the agent keeps (it lands in a Pod condition).
+pub const CANNOT_SERVE_REASON_MAX: usize = 512;
 
 /// A worker's load as it reports it (`report_load`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
@@ -106,6 +120,7 @@ impl Request {
             Request::Watch { .. } => "watch",
             Request::Serving { .. } => "serving",
             Request::ReportLoad { .. } => "report_load",
+            Request::CannotServe { .. } => "cannot_serve",
         }
     }
 
@@ -117,7 +132,8 @@ impl Request {
             | Request::WeightsReady { pod, namespace }
             | Request::Watch { pod, namespace }
             | Request::Serving { pod, namespace }
-            | Request::ReportLoad { pod, namespace, .. } => (pod, namespace.as_deref()),
+            | Request::ReportLoad { pod, namespace, .. }
+            | Request::CannotServe { pod, namespace, .. } => (pod, namespace.as_deref()),
         }
     }
 }

@@ -165,7 +165,11 @@ async fn pools(bed: &Testbed, args: &DemoOptions, clock: &Clock) -> Result<Summa
         models.display()
     ));
     let timeline = testbed::Timeline::start(bed.client().await?, NAMESPACE);
-    let applied = bed.apply_examples_on(&models, &digest, args.backend)?;
+    let comm = testbed::CommPatch {
+        backend: args.backend,
+        ..Default::default()
+    };
+    let applied = bed.apply_examples_on(&models, &digest, &comm)?;
     clock.say(format!("kubectl apply -f examples/:\n{}", indent(&applied)));
     for (pool, n) in [("prefill", 2), ("decode", 2)] {
         let members = bed.wait_pool_ready(NAMESPACE, pool, n, POOL_WAIT).await?;

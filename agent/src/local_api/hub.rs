@@ -21,6 +21,8 @@ pub struct Slot {
     /// The worker's last `report_load` (queue depth and drain progress besides the
     /// in-flight count, which also lands in `inflight`).
     pub load: watch::Sender<Option<WorkerLoad>>,
+    /// The worker said it cannot serve (`cannot_serve`), and why (sanitised, bounded).
+    pub cannot_serve: watch::Sender<Option<String>>,
 }
 
 impl Slot {
@@ -33,6 +35,7 @@ impl Slot {
             notices: broadcast::channel(64).0,
             serving: watch::channel(false).0,
             load: watch::channel(None).0,
+            cannot_serve: watch::channel(None).0,
         }
     }
 }

@@ -315,6 +315,10 @@ async fn connection(
                 slot.serving.send_replace(true);
                 write_line(&mut w, &Response::Ok { ok: true }).await?;
             }
+            Request::CannotServe { reason, .. } => {
+                slot.cannot_serve.send_replace(Some(worker_reason(&reason)));
+                write_line(&mut w, &Response::Ok { ok: true }).await?;
+            }
             Request::Watch { .. } => {
                 write_line(&mut w, &Response::Ok { ok: true }).await?;
                 let mut rx = slot.notices.subscribe();
@@ -353,6 +357,21 @@ async fn connection(
 }
 
 use tokio::io::AsyncReadExt as _;
+
+/// A worker's own words, made fit for a Pod condition: control characters become spaces,
+/// and at most [`hcomm_crds::local_api::CANNOT_SERVE_REASON_MAX`] bytes are kept (on a
+/// character boundary). A worker is untrusted; its reason is shown, never interpreted.
+fn worker_reason(reason: &str) -> String {
+    let mut out = String::new();
+    for c in reason.chars() {
+        let c = if c.is_control() { ' ' } else { c };
+        if out.len() + c.len_utf8() > hcomm_crds::local_api::CANNOT_SERVE_REASON_MAX {
+            break;
+        }
+        out.push(c);
+    }
+    out
+}
 
 #[cfg(test)]
 mod tests {
@@ -548,5 +567,17 @@ mod tests {
         r.read_line(&mut line).await.unwrap();
         assert!(line.contains("not allowed"), "{line}");
         let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_workers_reason_is_kept_printable_and_bounded() {
+        assert_eq!(
+            worker_reason("op\ntimed out\u{1b}[31m"),
+            "op timed out [31m"
+        );
+        let long = "é".repeat(400);
+        let kept = worker_reason(&long);
+        assert!(kept.len() <= hcomm_crds::local_api::CANNOT_SERVE_REASON_MAX);
+        assert_eq!(kept.chars().count(), 256, "cut on a character boundary");
     }
 }

@@ -472,6 +472,10 @@ impl Worker for HubWorker {
         self.ctx.hub.slot(&self.key).serving.subscribe()
     }
 
+    fn cannot_serve(&self) -> watch::Receiver<Option<String>> {
+        self.ctx.hub.slot(&self.key).cannot_serve.subscribe()
+    }
+
     fn forget(&self) {
         if let Some(t) = &self.socket {
             self.ctx.pod_sockets.close(t, true);

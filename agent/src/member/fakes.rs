@@ -450,6 +450,7 @@ impl CommDomain for FakeDomain {
 pub struct FakeWorker {
     pub in_flight: Arc<watch::Sender<Option<u64>>>,
     pub serving: Arc<watch::Sender<bool>>,
+    pub cannot_serve: Arc<watch::Sender<Option<String>>>,
     pub notices: Arc<Mutex<Vec<Notice>>>,
     pub assignments: Arc<Mutex<Vec<Assignment>>>,
     pub forgotten: Arc<Mutex<bool>>,
@@ -460,6 +461,7 @@ impl Default for FakeWorker {
         FakeWorker {
             in_flight: Arc::new(watch::Sender::new(None)),
             serving: Arc::new(watch::Sender::new(false)),
+            cannot_serve: Arc::new(watch::Sender::new(None)),
             notices: Arc::default(),
             assignments: Arc::default(),
             forgotten: Arc::default(),
@@ -482,6 +484,10 @@ impl Worker for FakeWorker {
 
     fn serving(&self) -> watch::Receiver<bool> {
         self.serving.subscribe()
+    }
+
+    fn cannot_serve(&self) -> watch::Receiver<Option<String>> {
+        self.cannot_serve.subscribe()
     }
 
     fn forget(&self) {

@@ -129,6 +129,8 @@ pub trait Worker: Send + Sync {
     fn in_flight(&self) -> watch::Receiver<Option<u64>>;
     /// Whether the worker reported that it serves.
     fn serving(&self) -> watch::Receiver<bool>;
+    /// Why the worker said it cannot serve, once it did.
+    fn cannot_serve(&self) -> watch::Receiver<Option<String>>;
     /// The member is gone: forget its slot.
     fn forget(&self);
 }

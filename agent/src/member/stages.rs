@@ -444,6 +444,7 @@ impl Run {
             return Ok(());
         }
         let mut serving = self.ports.worker.serving();
+        let mut cannot = self.ports.worker.cannot_serve();
         let limit = self.cfg.worker_ready_timeout;
         // A drain or deletion ends the wait: the member leaves (and frees its ports) now,
         // not when the worker timeout passes, which may be after the Pod is gone.
@@ -461,6 +462,10 @@ impl Run {
             _ = leaving => Err(
                 "drained or deleted before its worker reported `serving` over the local API".into(),
             ),
+            said = cannot.wait_for(Option::is_some) => Err(match said {
+                Ok(reason) => format!("the worker cannot serve: {}", reason.as_deref().unwrap_or("")),
+                Err(_) => "the member's local API slot went away".into(),
+            }),
         }
     }
 

@@ -596,6 +596,44 @@ async fn a_member_waiting_for_its_worker_leaves_at_once_when_its_pod_is_deleted(
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_worker_that_says_it_cannot_serve_fails_the_join_at_once_with_its_reason() {
+    let kit = Kit::new();
+    kit.pod
+        .send_modify(|p| p.as_mut().unwrap().await_worker = true);
+    let _task = kit.start();
+    kit.until("joined the domain, waiting for the worker", |k| {
+        k.domain.with(|d| d.serving.is_some())
+    })
+    .await;
+    let asked = tokio::time::Instant::now();
+    kit.worker
+        .cannot_serve
+        .send_replace(Some("HCCL communicator: all_reduce timed out".into()));
+    kit.until("joined=False", |k| {
+        k.cluster.condition(POD_JOINED) == Some((false, PodReason::JoinFailed))
+    })
+    .await;
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(5),
+        "at once, not at the worker-ready timeout: {:?}",
+        asked.elapsed()
+    );
+    let message = kit.cluster.with(|s| {
+        s.conditions
+            .iter()
+            .rev()
+            .find(|c| c.type_ == POD_JOINED)
+            .map(|c| c.message.clone())
+            .unwrap_or_default()
+    });
+    assert!(
+        message.contains("the worker cannot serve: HCCL communicator: all_reduce timed out"),
+        "{message}"
+    );
+    assert_eq!(kit.cluster.condition(POD_MEMBER_READY), None);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_worker_that_never_reports_serving_fails_the_join_instead_of_opening_the_gate() {
     let kit = Kit::new();
     kit.pod

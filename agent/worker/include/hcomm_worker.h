@@ -76,6 +76,10 @@ int hcomm_worker_drain(const hcomm_worker *h);
 /* The weights are loaded and the engine takes traffic. */
 int hcomm_worker_serving(const hcomm_worker *h);
 
+/* The engine cannot serve: what it needs before traffic (its communicator, say) failed for
+ * good. A member still joining is failed with this reason and replaced. */
+int hcomm_worker_cannot_serve(const hcomm_worker *h, const char *reason);
+
 /* The next agent event as JSON, e.g. {"event":"epoch_changed","epoch":3},
  * {"event":"drain_requested","deadline":null}, {"event":"weights_ready","path":"/w"}.
  * None within timeout_ms: returns 0 with *needed == 0. A too-small buffer keeps the

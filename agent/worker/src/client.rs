@@ -91,6 +91,18 @@ impl AgentClient {
         conn.call(&op).await.map(|_| ())
     }
 
+    /// `{"op":"cannot_serve"}` on a fresh connection: what this worker needs before traffic
+    /// failed for good; a member still joining is failed with `reason` and replaced.
+    pub async fn cannot_serve(&self, reason: &str) -> Result<()> {
+        let mut conn = self.connect().await?;
+        let op = Request::CannotServe {
+            pod: self.pod.clone(),
+            namespace: self.namespace.clone(),
+            reason: reason.to_owned(),
+        };
+        conn.call(&op).await.map(|_| ())
+    }
+
     /// Opens a `watch` stream (connect and the agent's `ok`, both bounded).
     pub async fn watch(&self) -> Result<WatchStream> {
         let mut conn = self.connect().await?;

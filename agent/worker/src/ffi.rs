@@ -356,6 +356,26 @@ pub unsafe extern "C" fn hcomm_worker_serving(h: *const HcommWorker) -> c_int {
     })
 }
 
+/// Tells the agent the engine cannot serve (what it needs before traffic failed for good):
+/// a member still joining is failed with `reason` and replaced.
+///
+/// # Safety
+/// `h` a live handle; `reason` a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hcomm_worker_cannot_serve(
+    h: *const HcommWorker,
+    reason: *const c_char,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let h = unsafe { handle(h)? };
+        // SAFETY: the caller's contract.
+        let reason = unsafe { text(reason, "reason")? }
+            .ok_or_else(|| Error::Invalid("null reason".into()))?;
+        h.rt.block_on(h.session.cannot_serve(reason))
+    })
+}
+
 /// The next agent event as JSON (`{"event":"epoch_changed","epoch":3}`, ...), waiting up
 /// to `timeout_ms`; none within it: returns 0 with `*needed == 0`. The stream is opened
 /// at the first call (replaying weights readiness and a pending drain).

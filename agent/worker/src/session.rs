@@ -74,6 +74,12 @@ impl Session {
         self.client.serving().await
     }
 
+    /// `cannot_serve`: what the engine needs before traffic (its communicator, say) failed
+    /// for good; a member still joining is failed with `reason` and replaced.
+    pub async fn cannot_serve(&self, reason: &str) -> Result<()> {
+        self.client.cannot_serve(reason).await
+    }
+
     /// Waits (up to `timeout`) until the agent places this worker in an epoch newer than
     /// the serving and prepared ones; returns the assignment carrying that placement.
     pub async fn next_placement(&self, timeout: Duration) -> Result<(Assignment, WorkerComm)> {

@@ -30,7 +30,7 @@ pub const DEVICE_IP_ENV: &str = "HCOMM_SIM_DEVICE_IP";
 pub const HCCN_CONF_ENV: &str = "HCOMM_SIM_HCCN_CONF";
 /// The container's NPUs (physical ids, comma-separated), as the Ascend device plugin sets
 /// them; logical device `i` is the `i`-th.
-const VISIBLE_DEVICES_ENV: &str = "ASCEND_VISIBLE_DEVICES";
+const VISIBLE_DEVICES_ENV: &str = hcomm_crds::contract::ascend::ENV_ASCEND_VISIBLE_DEVICES;
 
 /// HCCL's default `HCCL_CONNECT_TIMEOUT` (seconds).
 const DEFAULT_CONNECT_SECS: u64 = 120;
@@ -202,7 +202,7 @@ mod tests {
         )
         .unwrap();
         let path = conf.display().to_string();
-        let s = parse(&[(HCCN_CONF_ENV, &path), ("ASCEND_VISIBLE_DEVICES", "5,4")]).unwrap();
+        let s = parse(&[(HCCN_CONF_ENV, &path), (VISIBLE_DEVICES_ENV, "5,4")]).unwrap();
         assert_eq!(s.device_ip(0), Ok(Ipv4Addr::new(192, 168, 1, 15)));
         assert_eq!(s.device_ip(1), Ok(Ipv4Addr::new(192, 168, 1, 14)));
         let e = s.device_ip(2).unwrap_err();

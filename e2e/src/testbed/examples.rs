@@ -40,15 +40,22 @@ impl ExamplePools {
     /// Starts a testbed of `hosts` hosts, applies the examples, waits for both pools to be
     /// Ready at 2 members, and starts load on both until every member has served.
     pub async fn start(hosts: usize) -> Result<ExamplePools> {
+        Self::start_with(hosts, &CommPatch::default()).await
+    }
+
+    /// [`ExamplePools::start`] with the pools' `comm` patched; `backend: hccl` installs the
+    /// HCCL simulator as the hosts' runtime.
+    pub async fn start_with(hosts: usize, comm: &CommPatch) -> Result<ExamplePools> {
         let bed = Testbed::start(TestbedOptions {
             hosts,
+            hccl_runtime: comm.backend == hcomm_crds::Backend::Hccl,
             ..Default::default()
         })
         .await?;
         let models = bed.dir().join("models/v1");
         let digest = weights::generate(&models, WEIGHTS_MIB, WEIGHTS_SEED)?;
         let timeline = Timeline::start(bed.client().await?, NAMESPACE);
-        bed.apply_examples(&models, &digest)?;
+        bed.apply_examples_on(&models, &digest, comm)?;
         let prefill = bed
             .wait_pool_ready(NAMESPACE, "prefill", 2, POOL_WAIT)
             .await?;
@@ -110,5 +117,41 @@ impl ExamplePools {
         let prefill = prefill_load.stop().await;
         bed.stop().await;
         Ok((decode?, prefill?))
+    }
+}
+
+/// How the example pools' `comm` is changed (the default changes nothing).
+#[derive(Debug, Clone, Default)]
+pub struct CommPatch {
+    /// `comm.backend`; `hccl` also raises `connectTimeoutSeconds` to HCCL's 120 s floor,
+    /// which the API server enforces.
+    pub backend: hcomm_crds::Backend,
+    /// `comm.opTimeoutSeconds`, when set (the examples leave the default).
+    pub op_timeout_seconds: Option<u32>,
+}
+
+impl CommPatch {
+    /// The manifest text with the patch applied.
+    pub(crate) fn apply(&self, text: &str) -> String {
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let trimmed = line.trim_start();
+            let indent = &line[..line.len() - trimmed.len()];
+            if trimmed.starts_with("backend:") && self.backend == hcomm_crds::Backend::Hccl {
+                out.push(format!("{indent}backend: hccl"));
+            } else if trimmed.starts_with("connectTimeoutSeconds:")
+                && self.backend == hcomm_crds::Backend::Hccl
+            {
+                out.push(format!("{indent}connectTimeoutSeconds: 120"));
+            } else {
+                out.push(line.to_owned());
+            }
+            if trimmed.starts_with("connectTimeoutSeconds:")
+                && let Some(s) = self.op_timeout_seconds
+            {
+                out.push(format!("{indent}opTimeoutSeconds: {s}"));
+            }
+        }
+        out.join("\n")
     }
 }

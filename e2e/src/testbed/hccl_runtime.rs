@@ -17,7 +17,9 @@
 
 use std::path::{Path, PathBuf};
 
-use hcomm_hccl_sim::{HCCN_CONF_ENV, VIOLATIONS_ENV};
+use std::sync::{Arc, Mutex};
+
+use hcomm_hccl_sim::{FAULT_ENV, HCCN_CONF_ENV, VIOLATIONS_ENV};
 
 use super::error::{Error, Result};
 use crate::hosts::SimHosts;
@@ -31,6 +33,8 @@ const ASCEND_HOME_PATH: &str = "ASCEND_HOME_PATH";
 #[derive(Debug, Clone)]
 pub struct HcclRuntime {
     home: PathBuf,
+    /// Faults for the next Pod whose name starts with the prefix (each used once).
+    faults: Arc<Mutex<Vec<(String, String)>>>,
 }
 
 impl HcclRuntime {
@@ -65,7 +69,10 @@ impl HcclRuntime {
             std::fs::write(&path, conf.render())
                 .map_err(Error::io(format!("write {}", path.display())))?;
         }
-        Ok(HcclRuntime { home })
+        Ok(HcclRuntime {
+            home,
+            faults: Arc::default(),
+        })
     }
 
     /// `ASCEND_HOME_PATH` for the agents.
@@ -73,17 +80,40 @@ impl HcclRuntime {
         (ASCEND_HOME_PATH.to_owned(), self.home.clone())
     }
 
-    /// What a container given NPUs on host `host` runs with.
-    pub fn container_env(&self, host: usize) -> Vec<(String, String)> {
+    /// The next Pod whose name starts with `pod_prefix` runs with the simulator fault
+    /// `fault` (`HCOMM_SIM_FAULT` syntax, e.g. `hang_op=0`): a bad NPU on one member.
+    pub fn inject_once(&self, pod_prefix: &str, fault: &str) {
+        self.faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((pod_prefix.to_owned(), fault.to_owned()));
+    }
+
+    /// What a container of Pod `pod` given NPUs on host `host` runs with.
+    pub fn container_env(&self, host: usize, pod: &str) -> Vec<(String, String)> {
         let path = |p: PathBuf| p.display().to_string();
-        vec![
-            (ASCEND_HOME_PATH.to_owned(), path(self.home.clone())),
-            (
-                HCCN_CONF_ENV.to_owned(),
-                path(self.home.join("driver").join(format!("host-{host}.conf"))),
-            ),
-            (VIOLATIONS_ENV.to_owned(), path(self.violations_file())),
-        ]
+        let fault = {
+            let mut faults = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+            faults
+                .iter()
+                .position(|(prefix, _)| pod.starts_with(prefix.as_str()))
+                .map(|i| faults.remove(i).1)
+        };
+        let fault = fault.map(|f| {
+            tracing::info!(%pod, fault = %f, "hccl-sim: fault injected");
+            (FAULT_ENV.to_owned(), f)
+        });
+        fault
+            .into_iter()
+            .chain([
+                (ASCEND_HOME_PATH.to_owned(), path(self.home.clone())),
+                (
+                    HCCN_CONF_ENV.to_owned(),
+                    path(self.home.join("driver").join(format!("host-{host}.conf"))),
+                ),
+                (VIOLATIONS_ENV.to_owned(), path(self.violations_file())),
+            ])
+            .collect()
     }
 
     /// Every violation the simulator recorded, one per line (empty: none).

@@ -329,7 +329,8 @@ impl State {
                     .iter_mut()
                     .filter(|l| a.containers.contains_key(&l.container))
                 {
-                    l.env.extend(rt.container_env(node.host));
+                    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+                    l.env.extend(rt.container_env(node.host, pod_name));
                 }
             }
         }

@@ -65,6 +65,32 @@ pub struct LoadStats {
     pub finished: bool,
 }
 
+impl LoadStats {
+    /// No request failed, none was answered with wrong, missing or mixed weights, and no
+    /// router reached a member before its readiness gate was True (a `not ready` refusal).
+    /// The error says what was wrong, with the first failed requests.
+    pub fn ensure_clean(&self, when: &str) -> std::result::Result<(), String> {
+        if self.served == 0 {
+            return Err(format!("{when}: nothing served"));
+        }
+        if self.failed == 0
+            && self.wrong_digest == 0
+            && self.mixed_digest_members.is_empty()
+            && self.refused_not_ready == 0
+        {
+            return Ok(());
+        }
+        Err(format!(
+            "{when}: failed={} wrong_digest={} mixed={:?} refused_not_ready={}; first failures: {:#?}",
+            self.failed,
+            self.wrong_digest,
+            self.mixed_digest_members,
+            self.refused_not_ready,
+            self.first_failures
+        ))
+    }
+}
+
 /// A running load generator.
 pub struct LoadRun {
     child: Child,

@@ -41,6 +41,7 @@ pub use agent_args::AgentArgs;
 pub use cluster::{ChartCluster, ChartClusterOptions, wait_nodes_published, write_secret};
 pub use device_plugin::{DevicePlugin, PluginFault};
 pub use error::{Error, Result};
+pub use examples::CommPatch;
 pub use examples::ExamplePools;
 pub use kubelet::{Kubelet, KubeletConfig, NodeRoot, ProcessInfo};
 pub use load::{LoadOptions, LoadRun, LoadStats, PodStats};

@@ -16,7 +16,7 @@ use kube::Api;
 use kube::api::ListParams;
 use serde::Deserialize as _;
 
-use super::{Error, Result, Testbed};
+use super::{CommPatch, Error, Result, Testbed};
 
 /// The example manifests the demo applies, relative to the workspace root.
 pub const EXAMPLE_MANIFESTS: [&str; 2] =
@@ -103,16 +103,15 @@ impl Testbed {
     /// Applies the example prefill and decode pools with their weights pointed at
     /// `weights_source` with `digest` (the examples name a path on real nodes).
     pub fn apply_examples(&self, weights_source: &Path, digest: &str) -> Result<String> {
-        self.apply_examples_on(weights_source, digest, hcomm_crds::Backend::Tcp)
+        self.apply_examples_on(weights_source, digest, &CommPatch::default())
     }
 
-    /// [`Testbed::apply_examples`] with `comm.backend` set (`hccl` also raises
-    /// `connectTimeoutSeconds` to HCCL's 120 s floor, which the API server enforces).
+    /// [`Testbed::apply_examples`] with the examples' `comm` changed as `comm` says.
     pub fn apply_examples_on(
         &self,
         weights_source: &Path,
         digest: &str,
-        backend: hcomm_crds::Backend,
+        comm: &CommPatch,
     ) -> Result<String> {
         let mut all = String::new();
         for file in EXAMPLE_MANIFESTS {
@@ -120,7 +119,7 @@ impl Testbed {
             let text = std::fs::read_to_string(&path)
                 .map_err(Error::io(format!("read {}", path.display())))?;
             let text = point_weights_at(&text, weights_source, digest);
-            let text = comm_backend(&text, backend);
+            let text = comm.apply(&text);
             all.push_str(&self.on_these_hosts(&text));
             all.push_str("\n---\n");
         }
@@ -399,29 +398,6 @@ fn socket_ifname(text: &str, ifname: &str) -> String {
             let indent = &line[..line.len() - trimmed.len()];
             if trimmed.starts_with("socketIfname:") {
                 format!("{indent}socketIfname: \"{ifname}\"")
-            } else {
-                line.to_owned()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// The manifest text with `comm.backend` set (and, for `hccl`, the connect timeout at
-/// HCCL's floor).
-fn comm_backend(text: &str, backend: hcomm_crds::Backend) -> String {
-    let name = match backend {
-        hcomm_crds::Backend::Tcp => return text.to_owned(),
-        hcomm_crds::Backend::Hccl => "hccl",
-    };
-    text.lines()
-        .map(|line| {
-            let trimmed = line.trim_start();
-            let indent = &line[..line.len() - trimmed.len()];
-            if trimmed.starts_with("backend:") {
-                format!("{indent}backend: {name}")
-            } else if trimmed.starts_with("connectTimeoutSeconds:") {
-                format!("{indent}connectTimeoutSeconds: 120")
             } else {
                 line.to_owned()
             }

@@ -198,7 +198,7 @@ async fn the_worker_serves_only_loaded_pinned_weights_reports_inflight_and_drain
     assert_eq!(
         json_of(&r),
         json!({"pod": "w-0", "group": "decode", "rank": 2, "epoch": 3,
-               "weights_digest": digest_v1.to_string(), "tokens": 3, "role": "decode"})
+               "weights_digest": digest_v1.to_string(), "tokens": 3, "role": "decode", "comm": "tcp"})
     );
 
     // In-flight reports reach the agent, and the final 0 is never lost.

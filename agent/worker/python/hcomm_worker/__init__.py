@@ -118,6 +118,7 @@ def load_library(path=None):
         "hcomm_worker_report_load": (ctypes.c_int, [h, u64, u64]),
         "hcomm_worker_drain": (ctypes.c_int, [h]),
         "hcomm_worker_serving": (ctypes.c_int, [h]),
+        "hcomm_worker_cannot_serve": (ctypes.c_int, [h, cstr]),
         "hcomm_worker_next_event": (ctypes.c_int, [h, u32, ctypes.c_char_p, sz, ctypes.POINTER(sz)]),
     }
     for name, (res, args) in sigs.items():
@@ -247,6 +248,11 @@ class Worker:
     def serving(self):
         """The weights are loaded and the engine takes traffic."""
         self._call("serving")
+
+    def cannot_serve(self, reason):
+        """What the engine needs before traffic failed for good: a member still joining
+        is failed with ``reason`` and replaced."""
+        self._call("cannot_serve", str(reason).encode())
 
     def next_event(self, timeout=1.0):
         """The next agent event (dict, e.g. {"event": "epoch_changed", "epoch": 3}), or

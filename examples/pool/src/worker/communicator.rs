@@ -7,9 +7,16 @@
 //! `serving` (see [`WorkerState::is_ready`]): on an HCCL group no member takes traffic
 //! before its device communicator has proven it works with every other member's.
 //!
+//! A worker that has never served and whose build, switch or check fails tells its agent
+//! it cannot serve (`cannot_serve`): the member's join fails at once with that reason and
+//! the operator replaces it, instead of the agent waiting out its worker-ready timeout.
+//! The rendezvous cannot say which rank broke it, so a joiner is blamed for a failed first
+//! epoch, as for any failed join; its replacement starts clean.
+//!
 //! Between epochs the serving communicator is health-checked (`HcclGetCommAsyncError`,
-//! and whether a failed collective aborted it). Failures are counted and logged; the
-//! serving communicator stays until a newer epoch replaces it (make-before-break).
+//! and whether a failed collective aborted it). Failures of a member that serves are
+//! counted and logged, never reported as `cannot_serve` (a serving member ends only
+//! through a drain); the serving communicator stays until a newer epoch replaces it.
 //!
 //! On `backend: tcp` nothing is built: the agents' domain already proves the links, and
 //! the requests here run no collective.
@@ -45,15 +52,15 @@ pub async fn run(state: Arc<WorkerState>, session: Arc<Session>) {
                     tracing::info!(epoch, world, "HCCL communicator checked; it serves");
                     state.comm_serving(epoch);
                 }
-                Err(e) => fail(&state, format!("epoch {epoch}: {e}")).await,
+                Err(e) => fail(&state, &session, format!("epoch {epoch}: {e}")).await,
             },
             Err(WorkerError::Timeout { .. }) => {
                 if let Err(e) = session.health_check().await {
-                    fail(&state, format!("health check: {e}")).await;
+                    fail(&state, &session, format!("health check: {e}")).await;
                 }
             }
             Err(e @ WorkerError::Epoch(_)) => tracing::info!(error = %e, "preparing again"),
-            Err(e) => fail(&state, format!("prepare: {e}")).await,
+            Err(e) => fail(&state, &session, format!("prepare: {e}")).await,
         }
     }
 }
@@ -76,8 +83,15 @@ async fn switch_and_check(session: &Session) -> Result<usize, WorkerError> {
     Ok(world)
 }
 
-async fn fail(state: &WorkerState, error: String) {
+async fn fail(state: &WorkerState, session: &Session, error: String) {
     tracing::warn!(%error, "worker communicator");
+    let never_served = state.comm().serving_epoch.is_none();
+    if never_served {
+        let reason = format!("HCCL communicator: {error}");
+        if let Err(e) = session.cannot_serve(&reason).await {
+            tracing::warn!(error = %e, "could not tell the agent this worker cannot serve");
+        }
+    }
     state.comm_failed(error);
     tokio::time::sleep(RETRY).await;
 }
