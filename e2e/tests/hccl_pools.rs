@@ -1,15 +1,17 @@
 //! The example pools on `backend: hccl`, with the HCCL conformance simulator as every
 //! host's CANN runtime (`TestbedOptions::hccl_runtime`), under load: what HCCL faults do
-//! to a pool. Needs root (the simulator's ranks talk over the hosts' NPU fabric); under
+//! to a pool, and the worker library's Python package as a member's engine against the
+//! real agents. Needs root (the simulator's ranks talk over the hosts' NPU fabric); under
 //! the harness, so without it the scenarios are reported ignored.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use hcomm_crds::contract::{POD_JOINED, PodReason};
+use hcomm_crds::contract::{POD_DRAINED, POD_JOINED, PodReason};
 use hcomm_e2e::harness::{self, Needs, Shared, Test};
 use hcomm_e2e::testbed::examples::{NAMESPACE as NS, POOL_WAIT};
-use hcomm_e2e::testbed::{CommPatch, ExamplePools};
+use hcomm_e2e::testbed::pools::{condition_of, workspace_root};
+use hcomm_e2e::testbed::{CommPatch, ExamplePools, binaries};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
@@ -24,14 +26,20 @@ const SCENARIO_DEADLINE: Duration = Duration::from_secs(300);
 type Scenario = fn(&mut ExamplePools) -> futures::future::BoxFuture<'_, Result<()>>;
 
 fn main() {
-    let scenarios: [(&str, Scenario); 1] = [(
-        "a_joiner_whose_hccl_collective_hangs_is_failed_and_replaced_while_the_pools_serve",
-        |p| {
-            Box::pin(a_joiner_whose_hccl_collective_hangs_is_failed_and_replaced(
-                p,
-            ))
-        },
-    )];
+    let scenarios: [(&str, Scenario); 2] = [
+        (
+            "a_joiner_whose_hccl_collective_hangs_is_failed_and_replaced_while_the_pools_serve",
+            |p| {
+                Box::pin(a_joiner_whose_hccl_collective_hangs_is_failed_and_replaced(
+                    p,
+                ))
+            },
+        ),
+        (
+            "pytest_as_a_members_engine_follows_epochs_reports_load_and_drains_on_the_real_agents",
+            |p| Box::pin(pytest_as_a_members_engine(p)),
+        ),
+    ];
     let rt = std::sync::Arc::new(
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -125,17 +133,11 @@ async fn a_joiner_whose_hccl_collective_hangs_is_failed_and_replaced(
         let list = pods.list(&ListParams::default()).await?.items;
         let found = list.iter().find_map(|p| {
             let name = p.metadata.name.clone().unwrap_or_default();
-            let c = p
-                .status
-                .as_ref()?
-                .conditions
-                .as_ref()?
-                .iter()
-                .find(|c| c.type_ == POD_JOINED)?;
+            let (status, reason, message) = condition_of(p, POD_JOINED)?;
             (name.starts_with("decode-2-")
-                && c.status == "False"
-                && c.reason.as_deref() == Some(PodReason::JoinFailed.as_str()))
-            .then(|| (name, c.message.clone().unwrap_or_default()))
+                && status == "False"
+                && reason == PodReason::JoinFailed.as_str())
+            .then_some((name, message))
         });
         if let Some(f) = found {
             break f;
@@ -197,4 +199,184 @@ async fn a_joiner_whose_hccl_collective_hangs_is_failed_and_replaced(
         .map_err(anyhow::Error::msg)?;
     pools.decode_at(2).await?;
     Ok(())
+}
+
+/// The group the Python engine runs in.
+const PY: &str = "pyengine";
+
+/// The worker library's Python package as the engine of a group's members, against the
+/// real agents: the container is `python3 -m pytest agent/worker/python/testbed/
+/// test_as_a_member.py` (on HCCL, through the simulator). The group grows 2 → 3 and
+/// shrinks back: every member builds, switches to and all-reduces on each epoch it is
+/// placed in (sums 2, then 3, then 2 for the members that stay); the agent opens a
+/// member's gate only after its `serving`; the member scaled in hears `drain_requested`,
+/// drains, and the agent finishes its drain only after the engine's last load report
+/// (in flight 0, sent 2 s after the drain began); that engine's pytest passes.
+async fn pytest_as_a_members_engine(pools: &mut ExamplePools) -> Result<()> {
+    let bed = &pools.bed;
+    let out = bed.dir().join("pytest");
+    std::fs::create_dir_all(&out)?;
+    binaries::on_path("python3").context("python3 (with pytest) is needed")?;
+    let lib = binaries::find("libhcomm_worker.so")?;
+    bed.kubectl_apply(&python_group(&lib, &out))?;
+    let two = bed.wait_pool_ready(NS, PY, 2, POOL_WAIT).await?;
+    bed.scale(PY, 3)?;
+    bed.wait_pool_ready(NS, PY, 3, POOL_WAIT).await?;
+    bed.scale(PY, 2)?;
+    let pods: Api<Pod> = Api::namespaced(bed.client().await?, NS);
+    let t = Instant::now();
+    // The member scaled in, and when its drain was seen finished (polled every 100 ms).
+    let (victim, drained_seen) = loop {
+        let list = pods
+            .list(
+                &ListParams::default()
+                    .labels(&format!("{}={PY}", hcomm_crds::contract::LABEL_GROUP)),
+            )
+            .await?
+            .items;
+        let drained = list.iter().find_map(|p| {
+            let (status, reason, _) = condition_of(p, POD_DRAINED)?;
+            (status == "True").then(|| (p.metadata.name.clone().unwrap_or_default(), reason))
+        });
+        if let Some((name, reason)) = drained {
+            ensure!(
+                reason == PodReason::Drained.as_str(),
+                "{name} drained with {reason}, not after its engine reported 0 in flight"
+            );
+            break (name, std::time::SystemTime::now());
+        }
+        ensure!(t.elapsed() < POOL_WAIT, "no {PY} member drained");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    bed.wait_members(NS, PY, 2, POOL_WAIT).await?;
+    let victim_notes = notes(&out, &victim)?;
+    let reported_zero = victim_notes
+        .iter()
+        .find(|n| n["event"] == "reported" && n["in_flight"] == 0)
+        .and_then(|n| n["t"].as_f64())
+        .with_context(|| format!("{victim} never reported 0 in flight: {victim_notes:?}"))?;
+    let seen = drained_seen
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64();
+    // A drain that did not wait would finish 2 s before the last report; half a second
+    // covers the report's own round trip before the engine noted it.
+    ensure!(
+        seen + 0.5 >= reported_zero,
+        "{victim}'s drain finished (seen at {seen:.2}) before its engine reported 0 in flight \
+         (at {reported_zero:.2}): the agent did not wait for the load report"
+    );
+    ensure!(
+        victim_notes.iter().any(|n| n["event"] == "done"),
+        "{victim}: {victim_notes:?}"
+    );
+    let log = bed
+        .dir()
+        .join("logs")
+        .join(format!("{NS}_{victim}_engine.log"));
+    let text = std::fs::read_to_string(&log).with_context(|| format!("{}", log.display()))?;
+    ensure!(
+        text.contains("1 passed"),
+        "{victim}'s pytest did not pass:\n{text}"
+    );
+    // The members that stay saw 3, then 2 again; each epoch's sum its size.
+    for m in two.iter().filter(|m| m.name != victim) {
+        let t = Instant::now();
+        loop {
+            let worlds: Vec<u64> = notes(&out, &m.name)?
+                .iter()
+                .filter(|n| n["event"] == "switched")
+                .map(|n| {
+                    ensure!(n["sum"].as_f64() == n["world"].as_f64(), "{}: {n}", m.name);
+                    Ok(n["world"].as_u64().unwrap_or(0))
+                })
+                .collect::<Result<_>>()?;
+            if worlds.ends_with(&[2]) && worlds.contains(&3) {
+                eprintln!("pytest engine {}: epoch sizes {worlds:?}", m.name);
+                break;
+            }
+            ensure!(
+                t.elapsed() < Duration::from_secs(60),
+                "{}: epoch sizes {worlds:?}, want …3…, 2",
+                m.name
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    bed.kubectl(&["delete", "hcg", PY, "-n", NS, "--wait=false"])?;
+    bed.wait_members(NS, PY, 0, POOL_WAIT).await?;
+    Ok(())
+}
+
+/// The lines `$out/<pod>.jsonl` the engine wrote, up to its first `done`.
+fn notes(out: &std::path::Path, pod: &str) -> Result<Vec<serde_json::Value>> {
+    let path = out.join(format!("{pod}.jsonl"));
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).with_context(|| format!("{}: {line}", path.display()))?;
+        let done = v["event"] == "done";
+        lines.push(v);
+        if done {
+            break;
+        }
+    }
+    Ok(lines)
+}
+
+/// The group whose engine is the Python package's member test (HCCL, one NPU a member,
+/// the gate held until the engine says `serving`).
+fn python_group(lib: &std::path::Path, out: &std::path::Path) -> String {
+    let python = workspace_root().join("agent/worker/python");
+    let test = python.join("testbed/test_as_a_member.py");
+    format!(
+        r#"apiVersion: hcomm.io/v1alpha1
+kind: HcommGroup
+metadata:
+  name: {PY}
+  namespace: {NS}
+spec:
+  replicas: 2
+  maxReplicas: 4
+  role: generic
+  devicesPerMember: 1
+  comm:
+    backend: hccl
+    socketIfname: "data"
+    connectTimeoutSeconds: 120
+    opTimeoutSeconds: {OP_TIMEOUT_SECONDS}
+  scaling:
+    strategy: Incremental
+    drainTimeoutSeconds: 60
+  template:
+    metadata:
+      annotations:
+        hcomm.io/worker-readiness: local-api
+    spec:
+      containers:
+        - name: engine
+          image: python:3.11
+          command: ["python3"]
+          args: ["-m", "pytest", "-q", "-p", "no:cacheprovider", "{test}"]
+          env:
+            - name: POD_NAME
+              valueFrom:
+                fieldRef:
+                  fieldPath: metadata.name
+            - name: POD_NAMESPACE
+              valueFrom:
+                fieldRef:
+                  fieldPath: metadata.namespace
+            - name: PYTHONPATH
+              value: "{python}"
+            - name: HCOMM_WORKER_LIB
+              value: "{lib}"
+            - name: HCOMM_PYTEST_OUT
+              value: "{out}"
+"#,
+        test = test.display(),
+        python = python.display(),
+        lib = lib.display(),
+        out = out.display(),
+    )
 }

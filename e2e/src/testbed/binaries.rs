@@ -62,6 +62,14 @@ pub fn build_programs() -> Result<()> {
     }
 }
 
+/// A program of the machine's own (`python3`), looked up on `PATH` as a shell would;
+/// `None` when it is not installed.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
 /// The path of workspace program `name`.
 pub fn find(name: &str) -> Result<PathBuf> {
     let dirs = search_dirs();
@@ -80,7 +88,7 @@ pub fn find(name: &str) -> Result<PathBuf> {
 
 /// `$HCOMM_BIN_DIR`, then the executable's folder and its parent (integration tests run
 /// from `target/<profile>/deps`).
-pub(crate) fn search_dirs() -> Vec<PathBuf> {
+fn search_dirs() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::var_os(BIN_DIR_ENV)
         .map(PathBuf::from)
         .into_iter()

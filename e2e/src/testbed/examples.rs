@@ -120,14 +120,24 @@ impl ExamplePools {
     }
 }
 
-/// How the example pools' `comm` is changed (the default changes nothing).
-#[derive(Debug, Clone, Default)]
+/// How the example pools' `comm` is changed (the default changes nothing: the examples
+/// say `backend: tcp`; note that the API's own default, `Backend::default()`, is `hccl`).
+#[derive(Debug, Clone)]
 pub struct CommPatch {
     /// `comm.backend`; `hccl` also raises `connectTimeoutSeconds` to HCCL's 120 s floor,
     /// which the API server enforces.
     pub backend: hcomm_crds::Backend,
     /// `comm.opTimeoutSeconds`, when set (the examples leave the default).
     pub op_timeout_seconds: Option<u32>,
+}
+
+impl Default for CommPatch {
+    fn default() -> Self {
+        CommPatch {
+            backend: hcomm_crds::Backend::Tcp,
+            op_timeout_seconds: None,
+        }
+    }
 }
 
 impl CommPatch {

@@ -126,35 +126,9 @@ impl HcclRuntime {
     }
 }
 
-/// The simulator's shared object: `libhcomm_hccl_sim.so` beside the programs (`cargo build
-/// -p hcomm-hccl-sim`, which `binaries::build_programs` runs), else the newest one Cargo
-/// built as this crate's dependency (`deps/libhcomm_hccl_sim-<hash>.so`).
+/// The simulator's shared object, `libhcomm_hccl_sim.so`: beside the programs (`cargo build
+/// -p hcomm-hccl-sim`, which `binaries::build_programs` runs), or in `deps/` beside a test
+/// (Cargo builds it there as this crate's dependency).
 pub fn simulator() -> Result<PathBuf> {
-    const NAME: &str = "libhcomm_hccl_sim";
-    if let Ok(p) = super::binaries::find(&format!("{NAME}.so")) {
-        return Ok(p);
-    }
-    let dirs = super::binaries::search_dirs();
-    let mut found: Vec<PathBuf> = dirs
-        .iter()
-        .flat_map(|d| [d.clone(), d.join("deps")])
-        .filter_map(|d| std::fs::read_dir(d).ok())
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&format!("{NAME}-")) && n.ends_with(".so"))
-        })
-        .collect();
-    found.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
-    found.pop().ok_or_else(|| Error::MissingProgram {
-        program: format!("{NAME}.so (cargo build -p hcomm-hccl-sim)"),
-        searched: dirs
-            .iter()
-            .map(|d| d.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", "),
-    })
+    super::binaries::find("libhcomm_hccl_sim.so")
 }

@@ -251,7 +251,7 @@ impl Testbed {
             bed.agents.push(Some(agent));
         }
         bed.start_operator()?;
-        let programs = BTreeMap::from([
+        let mut programs = BTreeMap::from([
             (
                 binaries::WORKER.to_owned(),
                 binaries::find(binaries::WORKER)?,
@@ -261,6 +261,10 @@ impl Testbed {
                 binaries::find(binaries::ROUTER)?,
             ),
         ]);
+        // Engines written in Python (the worker library's package), when installed.
+        if let Some(python) = binaries::on_path("python3") {
+            programs.insert("python3".to_owned(), python);
+        }
         let nodes = bed
             .hosts
             .hosts()

@@ -339,6 +339,22 @@ fn held_as_standby(pod: &Pod) -> bool {
 }
 
 /// A label's value.
+/// A Pod condition as (status, reason, message), when the Pod has it.
+pub fn condition_of(p: &Pod, type_: &str) -> Option<(String, String, String)> {
+    let c = p
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)?;
+    Some((
+        c.status.clone(),
+        c.reason.clone().unwrap_or_default(),
+        c.message.clone().unwrap_or_default(),
+    ))
+}
+
 fn label(p: &Pod, key: &str) -> Option<String> {
     p.metadata.labels.as_ref()?.get(key).cloned()
 }

@@ -110,18 +110,7 @@ pub async fn an_hccl_group_without_the_hccl_runtime_is_refused_while_the_pools_s
 
 /// The Pod's `hcomm.io/verified` as (status, reason, message).
 fn verified_condition(p: &Pod) -> Option<(String, String, String)> {
-    let c = p
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == POD_VERIFIED)?;
-    Some((
-        c.status.clone(),
-        c.reason.clone().unwrap_or_default(),
-        c.message.clone().unwrap_or_default(),
-    ))
+    hcomm_e2e::testbed::pools::condition_of(p, POD_VERIFIED)
 }
 
 /// The decode example's `HcommGroup` renamed, one member, `backend: hccl`, its weights
