@@ -64,7 +64,8 @@ int hcomm_worker_switch(const hcomm_worker *h, uint64_t *epoch);
 int hcomm_worker_state(const hcomm_worker *h, int64_t *serving, int64_t *prepared,
                        int64_t *rank, int64_t *world);
 
-/* In-place sum all-reduce of n floats on the serving communicator (backend tcp). */
+/* In-place sum all-reduce of n floats on the serving communicator (TCP engine, or on
+ * backend hccl the HCCL communicator, staged through device memory). */
 int hcomm_worker_all_reduce_sum_f32(const hcomm_worker *h, float *data, size_t n);
 
 /* Load report: requests in flight and queued (the drain's progress once draining). */

@@ -231,7 +231,8 @@ class Worker:
         return self.state()[1]
 
     def all_reduce_sum(self, values):
-        """Sum all-reduce of a list of floats on the serving communicator (tcp backend);
+        """Sum all-reduce of a list of floats on the serving communicator (the TCP engine, or
+        the HCCL communicator on backend hccl, staged through device memory);
         returns the reduced list."""
         arr = (ctypes.c_float * len(values))(*values)
         self._call("all_reduce_sum_f32", arr, len(values))
