@@ -36,8 +36,8 @@ const RETRY: Duration = Duration::from_millis(500);
 /// How often the task looks again while the assignment does not say `hccl`.
 const IDLE: Duration = Duration::from_millis(200);
 
-/// Runs for the worker's life (ended by aborting the task; the communicators are
-/// destroyed by [`leave`]).
+/// Runs for the worker's life (ended by aborting the task; the worker's shutdown then
+/// destroys the communicators with `Session::leave`).
 pub async fn run(state: Arc<WorkerState>, session: Arc<Session>) {
     loop {
         if state.backend() != Some(WorkerBackend::Hccl) || state.admission().draining {
@@ -94,9 +94,4 @@ async fn fail(state: &WorkerState, session: &Session, error: String) {
     }
     state.comm_failed(error);
     tokio::time::sleep(RETRY).await;
-}
-
-/// Destroys the communicators (at shutdown), so that no device memory is left to HCCL.
-pub async fn leave(session: &Session) {
-    session.leave().await;
 }

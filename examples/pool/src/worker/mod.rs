@@ -203,7 +203,8 @@ impl Worker {
         for task in self.link {
             task.abort();
         }
-        communicator::leave(&self.session).await;
+        // Destroy the communicators, so that no device memory is left to HCCL.
+        self.session.leave().await;
         tracing::info!(served = self.state.stats().served, "worker stopped");
         result
     }
