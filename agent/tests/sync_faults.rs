@@ -11,9 +11,9 @@
 //! agents start (S0 by the store's own verified install, S1 by hard links to it), so only
 //! the joiners transfer. The corrupt source S2 holds files of the right names and lengths
 //! whose every chunk starts with garbage, i.e. its disk went bad after install; it runs
-//! with `--weights-verify-on-serve false`, because with the default the server re-hashes
-//! each chunk before sending and would withdraw (answer `Missing`) instead of sending
-//! garbage, and joiners would never see a corrupt chunk. The groups' `source` is a URL the
+//! with `--weights-verify-on-serve false` (the default, said outright: with `true` the
+//! server re-hashes each chunk before sending and would withdraw (answer `Missing`) instead
+//! of sending garbage, and joiners would never see a corrupt chunk). The groups' `source` is a URL the
 //! agent cannot import, so a sync can only succeed from peers.
 //!
 //! Sizing: data links at 200 Mbit/s make one 256 MiB copy take ~11 s on a joiner's

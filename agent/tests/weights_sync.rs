@@ -170,8 +170,8 @@ async fn a_corrupt_chunk_is_detected_reported_and_fetched_from_another_source() 
         .position(|c| c.places[0] == (shard, 3 * CHUNK))
         .unwrap();
     // The bad source serves whatever is on its disk, and one chunk there is damaged.
-    let mut lax = ServerConfig::new(secret());
-    lax.verify_on_read = false;
+    // The default: sent as stored, without a re-hash.
+    let lax = ServerConfig::new(secret());
     let b = origin(set.path(), digest, host(12), lax).await;
     let file = b
         .store
@@ -220,12 +220,15 @@ async fn a_corrupt_chunk_is_detected_reported_and_fetched_from_another_source() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_source_whose_disk_went_bad_withdraws_the_chunk_instead_of_serving_it() {
+async fn a_source_that_re_hashes_on_serve_withdraws_a_chunk_its_disk_damaged() {
     let set = TempDir::new("set");
     generate_set(set.path(), 8, 5);
     let digest = digest_of(set.path());
     let a = origin(set.path(), digest, host(11), ServerConfig::new(secret())).await;
-    let b = origin(set.path(), digest, host(12), ServerConfig::new(secret())).await;
+    // `--weights-verify-on-serve true`: re-read and re-hash instead of `sendfile`.
+    let mut strict = ServerConfig::new(secret());
+    strict.verify_on_read = true;
+    let b = origin(set.path(), digest, host(12), strict).await;
     let file = b
         .store
         .version_dir(&digest)
@@ -407,8 +410,8 @@ async fn three_joiners_get_256_mib_despite_a_killed_and_a_corrupt_source() {
     generate_set(set.path(), 256, 10);
     let digest = digest_of(set.path());
     let good = origin(set.path(), digest, host(11), ServerConfig::new(secret())).await;
-    let mut lax = ServerConfig::new(secret());
-    lax.verify_on_read = false;
+    // The default: sent as stored, without a re-hash.
+    let lax = ServerConfig::new(secret());
     let bad = origin(set.path(), digest, host(12), lax).await;
     let file = bad
         .store

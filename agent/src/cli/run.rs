@@ -125,7 +125,7 @@ pub struct RunArgs {
     /// Port the weights are served to joining members on.
     #[arg(long, value_name = "P", default_value_t = defaults().weights_port)]
     pub weights_port: u16,
-    /// Re-check each chunk's digest before serving it.
+    /// Re-read and re-check each chunk's digest before serving it (instead of `sendfile`).
     #[arg(long, action = ArgAction::Set, value_name = "BOOL",
           default_value_t = defaults().weights_verify_on_serve)]
     pub weights_verify_on_serve: bool,
@@ -311,7 +311,7 @@ mod tests {
         assert_eq!(c.shm_min_bytes, d.shm_min_bytes);
         assert_eq!(c.weights_gc_grace, d.weights_gc_grace);
         assert_eq!(c.verify_timeout_cap, None);
-        assert!(c.weights_verify_on_serve);
+        assert!(!c.weights_verify_on_serve);
         assert_eq!(
             c.pod_resources_socket,
             Path::new(hcomm_crds::contract::ascend::POD_RESOURCES_SOCKET)
@@ -459,7 +459,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(c.probe_secret.as_slice(), b"s3cret");
-        assert!(c.weights_verify_on_serve);
+        assert!(!c.weights_verify_on_serve);
         let empty = secret_file("empty", b"\n");
         let e = run(&format!(
             "--node-name n --probe-secret-file {}",
@@ -468,9 +468,9 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("empty"), "{e}");
-        let c = run("--node-name n --insecure-default-secret=true --weights-verify-on-serve false")
+        let c = run("--node-name n --insecure-default-secret=true --weights-verify-on-serve true")
             .unwrap();
-        assert!(!c.weights_verify_on_serve);
+        assert!(c.weights_verify_on_serve);
         let _ = (std::fs::remove_file(f), std::fs::remove_file(empty));
     }
 

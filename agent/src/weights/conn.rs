@@ -10,7 +10,7 @@ use tokio::time::timeout;
 
 use super::auth;
 use super::error::{Result, WeightsError};
-use super::protocol::{FrameError, MAX_FRAME, Response, read_frame};
+use super::protocol::{self, FrameError, MAX_FRAME, Response};
 use super::request::FetchRequest;
 
 /// Connects (retrying until the connect deadline) and authenticates.
@@ -67,7 +67,7 @@ pub(crate) async fn read_response(
     after: Duration,
     what: &str,
 ) -> Result<Response> {
-    let (k, p) = timeout(after, read_frame(s, MAX_FRAME))
+    timeout(after, protocol::read_response(s, MAX_FRAME))
         .await
         .map_err(|_| WeightsError::Timeout {
             what: what.into(),
@@ -77,8 +77,7 @@ pub(crate) async fn read_response(
         .map_err(|e| match e {
             FrameError::Io(e) => WeightsError::io(format!("read from {src}"), None, e),
             e => WeightsError::protocol(Some(src), e.to_string()),
-        })?;
-    Response::decode(k, p).map_err(|e| WeightsError::protocol(Some(src), e.to_string()))
+        })
 }
 
 pub(crate) fn unexpected(src: SocketAddr, r: &Response) -> WeightsError {

@@ -21,7 +21,8 @@
 //! - [`generate`]: deterministic pseudo-random sets for demos and tests
 //!   (`hcomm-agent weights generate`).
 //! - [`protocol`] and [`auth`]: frames (checked complete, bounded) and the HMAC handshake.
-//! - [`server`]: [`ChunkServer::serve`] on the data address, bounded connections.
+//! - [`server`]: [`ChunkServer::serve`] on the data address, bounded connections;
+//!   `sendfile`: a chunk from the page cache to the socket, no user-space copy.
 //! - [`schedule`] (pure policy), [`fetch`] (the driver), `worker` and `conn` (the I/O):
 //!   the joiner.
 //! - [`progress`]: counters and [`SyncEvent`]s for metrics and Kubernetes Events.
@@ -66,6 +67,7 @@ pub mod progress;
 pub mod protocol;
 mod request;
 pub mod schedule;
+mod sendfile;
 pub mod server;
 pub mod source;
 pub mod store;

@@ -106,6 +106,32 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     max: usize,
 ) -> Result<(u8, Vec<u8>), FrameError> {
+    let (kind, len) = read_head(r, max).await?;
+    Ok((kind, read_payload(r, len).await?))
+}
+
+/// Reads one response frame of at most `max` bytes. Same as [`read_frame`] then
+/// [`Response::decode`], except that a chunk's data is read straight into its own buffer:
+/// no zeroed buffer first, no move of megabytes to drop the digest in front of it.
+pub async fn read_response<R: AsyncRead + Unpin>(
+    r: &mut R,
+    max: usize,
+) -> Result<Response, FrameError> {
+    let (k, len) = read_head(r, max).await?;
+    if k == kind::CHUNK && len >= 32 {
+        let mut chunk = [0u8; 32];
+        r.read_exact(&mut chunk).await?;
+        let data = read_payload(r, len - 32).await?;
+        return Ok(Response::Chunk {
+            chunk: Digest(chunk),
+            data,
+        });
+    }
+    Response::decode(k, read_payload(r, len).await?)
+}
+
+/// A frame's length and kind: `(kind, payload length)`.
+async fn read_head<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> Result<(u8, usize), FrameError> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -119,11 +145,19 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     if len > max {
         return Err(FrameError::TooLarge { len, max });
     }
-    let mut buf = vec![0u8; len];
-    r.read_exact(&mut buf).await?;
-    let kind = buf[0];
-    buf.drain(..1);
-    Ok((kind, buf))
+    let mut kind = [0u8; 1];
+    r.read_exact(&mut kind).await?;
+    Ok((kind[0], len - 1))
+}
+
+/// Exactly `len` bytes, read into spare capacity (never zeroed first).
+async fn read_payload<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> Result<Vec<u8>, FrameError> {
+    let mut buf = Vec::with_capacity(len);
+    let got = r.take(len as u64).read_to_end(&mut buf).await?;
+    if got < len {
+        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+    }
+    Ok(buf)
 }
 
 fn digest_at(p: &[u8], what: &'static str) -> Result<Digest, FrameError> {
@@ -228,17 +262,23 @@ impl Response {
     }
 }
 
+/// The head of a chunk response carrying `len` bytes of data: the frame's length, its
+/// kind and the chunk's digest. The data follows it on the wire.
+pub fn chunk_head(chunk: &Digest, len: u64) -> [u8; 37] {
+    let mut head = [0u8; 37];
+    head[..4].copy_from_slice(&(len as u32 + 33).to_be_bytes());
+    head[4] = kind::CHUNK;
+    head[5..].copy_from_slice(&chunk.0);
+    head
+}
+
 /// Writes a chunk response without first copying the data into a frame buffer.
 pub async fn write_chunk<W: AsyncWrite + Unpin>(
     w: &mut W,
     chunk: &Digest,
     data: &[u8],
 ) -> std::io::Result<()> {
-    let mut head = Vec::with_capacity(37);
-    head.extend_from_slice(&(data.len() as u32 + 33).to_be_bytes());
-    head.push(kind::CHUNK);
-    head.extend_from_slice(&chunk.0);
-    w.write_all(&head).await?;
+    w.write_all(&chunk_head(chunk, data.len() as u64)).await?;
     w.write_all(data).await?;
     w.flush().await
 }

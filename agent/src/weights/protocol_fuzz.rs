@@ -69,14 +69,25 @@ const KINDS: [u8; 9] = [
 ];
 
 /// Reads every frame of `wire` and decodes each both ways; checks what must hold for any
-/// input: no frame over `MAX`, no byte read past the input, and a decoded message
-/// re-encodes to the very frame it came from (one meaning per frame).
+/// input: no frame over `MAX`, no byte read past the input, a decoded message re-encodes
+/// to the very frame it came from (one meaning per frame), and the joiners' direct
+/// [`read_response`] means what [`read_frame`] then [`Response::decode`] mean.
 async fn read_all(wire: &[u8]) {
     let mut r = wire;
     loop {
         let before = r.len();
+        let mut direct_r = r;
+        let direct = read_response(&mut direct_r, MAX).await;
         match read_frame(&mut r, MAX).await {
             Ok((k, payload)) => {
+                match (Response::decode(k, payload.clone()), &direct) {
+                    (Ok(a), Ok(b)) => {
+                        assert_eq!(&a, b);
+                        assert_eq!(direct_r.len(), r.len(), "read the same frame");
+                    }
+                    (Err(_), Err(_)) => {}
+                    (a, b) => panic!("read_response and decode disagree: {a:?} / {b:?}"),
+                }
                 assert!(payload.len() < MAX, "a frame over the limit was accepted");
                 assert_eq!(
                     before - r.len(),
@@ -92,7 +103,13 @@ async fn read_all(wire: &[u8]) {
                     assert_eq!(resp.encode(), frame(k, &payload));
                 }
             }
-            Err(_) => return,
+            Err(_) => {
+                assert!(
+                    direct.is_err(),
+                    "read_response took a frame read_frame refused"
+                );
+                return;
+            }
         }
     }
 }

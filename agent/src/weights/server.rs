@@ -7,10 +7,12 @@
 //! slots and never leave real joiners waiting in the backlog; every connection first
 //! passes the group-secret handshake (`auth`: the client proves its group's secret, the
 //! [`Authority`] says which sets that group may fetch), then answers pipelined requests
-//! about those sets only (`authorize`) in order (`protocol`), loading the next chunk while the
-//! current one is written. Each chunk is re-read from the store
-//! on disk and, unless disabled, re-hashed before it is sent: a chunk that no longer
-//! matches (disk corruption) is withdrawn and answered `Missing` instead of spreading.
+//! about those sets only (`authorize`) in order (`protocol`), opening and reading ahead the
+//! next chunk while the current one is written. A chunk goes from the page cache to the
+//! socket with `sendfile` (`sendfile`), never through user space: it was verified when it
+//! was stored and every joiner verifies it as it arrives. With `verify_on_read` a chunk is
+//! re-read and re-hashed first instead, and one that no longer matches (disk corruption)
+//! is withdrawn and answered `Missing`.
 //! On shutdown it stops accepting and aborts and joins every connection task.
 
 use std::future::Future;
@@ -32,7 +34,10 @@ use super::authorize::Allowed;
 use super::bitset::ChunkBits;
 use super::digest::Digest;
 use super::error::{Result, WeightsError};
-use super::protocol::{FrameError, MAX_REQUEST_FRAME, Request, Response, read_frame, write_chunk};
+use super::protocol::{
+    FrameError, MAX_REQUEST_FRAME, Request, Response, chunk_head, read_frame, write_chunk,
+};
+use super::sendfile::ChunkFile;
 use super::store::{ChunkLocation, WeightStore, read_chunk};
 
 /// How a [`ChunkServer`] behaves.
@@ -53,7 +58,9 @@ pub struct ServerConfig {
     pub idle_timeout: Duration,
     /// Deadline for writing one response.
     pub write_timeout: Duration,
-    /// Re-hash every chunk read from disk before sending it (default true).
+    /// Re-read and re-hash every chunk before sending it, withdrawing one that no longer
+    /// matches (default false: chunks go from the page cache with `sendfile`, and the
+    /// joiners' own check catches a corrupt one).
     pub verify_on_read: bool,
 }
 
@@ -73,7 +80,7 @@ impl ServerConfig {
         Self::with_authority(Arc::new(SharedSecret(secret)))
     }
 
-    /// Defaults: [`LIMITS`], 60 s per response, verify.
+    /// Defaults: [`LIMITS`], 60 s per response, no re-hash on serve.
     pub fn with_authority(authority: Arc<dyn Authority>) -> ServerConfig {
         ServerConfig {
             authority,
@@ -83,7 +90,7 @@ impl ServerConfig {
             handshake_timeout: LIMITS.handshake,
             idle_timeout: LIMITS.idle,
             write_timeout: Duration::from_secs(60),
-            verify_on_read: true,
+            verify_on_read: false,
         }
     }
 }
@@ -206,7 +213,7 @@ async fn connection(
 }
 
 /// Replies queued behind the one being written. One is enough to keep the link busy: the
-/// next chunk is read and re-hashed (milliseconds) while the current one is on the wire;
+/// next chunk is opened and read ahead (milliseconds) while the current one is on the wire;
 /// answering strictly one request at a time left the link idle for that long per chunk,
 /// about 4 % of a 500 Mbit/s link. Bounds a connection to two chunks in memory.
 const PREFETCH: usize = 1;
@@ -215,8 +222,9 @@ const PREFETCH: usize = 1;
 enum Reply {
     /// Encoded and ready to send.
     Ready(Vec<u8>),
-    /// A chunk being read (and re-hashed) on a blocking thread; None: not held (any more).
-    Chunk(Digest, JoinHandle<Option<Vec<u8>>>),
+    /// A chunk being opened (or read and re-hashed) on a blocking thread; None: not held
+    /// (any more).
+    Chunk(Digest, JoinHandle<Option<Body>>),
     /// A malformed request: answered with the error, then the connection ends with it.
     Refuse(String),
 }
@@ -290,6 +298,14 @@ async fn read_requests(
     }
 }
 
+/// A loaded chunk's bytes.
+enum Body {
+    /// Read (and re-hashed) into memory.
+    Read(Vec<u8>),
+    /// Open, to be sent from the page cache.
+    File(ChunkFile),
+}
+
 /// Writes the queued replies in order, each within the write timeout.
 async fn write_replies(
     mut wr: WriteHalf<'_>,
@@ -308,12 +324,20 @@ async fn write_replies(
                 Reply::Ready(bytes) => wr.write_all(&bytes).await,
                 Reply::Refuse(e) => wr.write_all(&Response::Error(e).encode()).await,
                 Reply::Chunk(chunk, load) => match load.await.ok().flatten() {
-                    Some(data) => {
-                        write_chunk(&mut wr, &chunk, &data).await?;
+                    Some(body) => {
+                        let len = match body {
+                            Body::Read(data) => {
+                                write_chunk(&mut wr, &chunk, &data).await?;
+                                data.len() as u64
+                            }
+                            Body::File(file) => {
+                                wr.write_all(&chunk_head(&chunk, file.len())).await?;
+                                file.send(wr.as_ref()).await?;
+                                file.len()
+                            }
+                        };
                         stats.chunks_served.fetch_add(1, Ordering::Relaxed);
-                        stats
-                            .bytes_served
-                            .fetch_add(data.len() as u64, Ordering::Relaxed);
+                        stats.bytes_served.fetch_add(len, Ordering::Relaxed);
                         Ok(())
                     }
                     None => wr.write_all(&Response::Missing(chunk).encode()).await,
@@ -345,28 +369,32 @@ fn have_bits(set: Digest, bits: &ChunkBits, coming: &ChunkBits) -> Response {
     }
 }
 
-/// Reads a verified chunk from disk (retrying once: a set may have just moved from
-/// staging to versions), re-hashing it if asked. `None` if not held or no longer valid.
+/// Opens a verified chunk on disk (retrying once: a set may have just moved from staging
+/// to versions), or reads and re-hashes it if asked. `None` if not held or no longer
+/// valid.
 async fn load(
     store: &WeightStore,
     chunk: Digest,
     verify: bool,
     stats: &ServerStats,
-) -> Option<Vec<u8>> {
+) -> Option<Body> {
     for _ in 0..2 {
         let loc: ChunkLocation = store.locate(&chunk)?;
         let read = {
             let loc = loc.clone();
             tokio::task::spawn_blocking(move || {
+                if !verify {
+                    return Ok((Body::File(ChunkFile::open(&loc)?), true));
+                }
                 let data = read_chunk(&loc)?;
-                let ok = !verify || Digest::of(&data) == chunk;
-                Ok::<_, std::io::Error>((data, ok))
+                let ok = Digest::of(&data) == chunk;
+                Ok::<_, std::io::Error>((Body::Read(data), ok))
             })
             .await
             .ok()?
         };
         match read {
-            Ok((data, true)) => return Some(data),
+            Ok((body, true)) => return Some(body),
             Ok((_, false)) => {
                 tracing::error!(chunk = %chunk, path = %loc.path.display(), "stored chunk no longer matches its digest; withdrawn");
                 store.forget_chunk(&loc.set, loc.index);

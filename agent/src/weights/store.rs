@@ -54,7 +54,7 @@ mod staging;
 #[cfg(test)]
 mod tests;
 
-pub use disk::read_chunk;
+pub use disk::{open_chunk, read_chunk};
 use disk::{plain_tree, sync_dir};
 pub(crate) use set::WeightSet;
 

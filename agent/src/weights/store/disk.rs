@@ -10,20 +10,40 @@ use super::ChunkLocation;
 use crate::weights::error::{Result, io_at};
 use crate::weights::manifest::Manifest;
 
-/// Reads a located chunk back from disk. Blocking.
+/// Opens the file holding a located chunk. Blocking.
 /// The file's last component is never followed (`O_NOFOLLOW`) and must be a regular
-/// file: nothing in the store is served through a symlink.
-pub fn read_chunk(loc: &ChunkLocation) -> std::io::Result<Vec<u8>> {
+/// file holding the whole chunk: nothing in the store is served through a symlink, and a
+/// file cut short since it was verified is not served.
+pub fn open_chunk(loc: &ChunkLocation) -> std::io::Result<File> {
     let f = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(&loc.path)?;
-    if !f.metadata()?.file_type().is_file() {
+    let meta = f.metadata()?;
+    if !meta.file_type().is_file() {
         return Err(std::io::Error::other(format!(
             "{} is not a regular file",
             loc.path.display()
         )));
     }
+    if meta.len() < loc.offset + loc.len {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!(
+                "{} is {} bytes, shorter than its chunk at {}+{}",
+                loc.path.display(),
+                meta.len(),
+                loc.offset,
+                loc.len
+            ),
+        ));
+    }
+    Ok(f)
+}
+
+/// Reads a located chunk back from disk ([`open_chunk`]'s checks). Blocking.
+pub fn read_chunk(loc: &ChunkLocation) -> std::io::Result<Vec<u8>> {
+    let f = open_chunk(loc)?;
     let mut buf = vec![0u8; loc.len as usize];
     f.read_exact_at(&mut buf, loc.offset)?;
     Ok(buf)

@@ -220,7 +220,7 @@ async fn run_all(
                 clock.say(format!(
                     "{} k={k} {rate} Mbit/s: {:.3} s (floor {:.3} s, +{:.3} s); slowest joiner: \
                      sync {} s, join {} s; no member Ready for {:.2} s; machine CPU {:.0} % busy, \
-                     agents {:.1} CPU-s",
+                     agents {:.1} CPU-s ({} per GiB received)",
                     strategy.name(),
                     r.time_s,
                     r.floor_s,
@@ -229,7 +229,8 @@ async fn run_all(
                     report::opt(r.join_s),
                     r.outage_s,
                     100.0 * r.machine_busy,
-                    r.agent_cpu_s
+                    r.agent_cpu_s,
+                    report::opt(r.cpu_per_gib()),
                 ));
                 results.push(r);
             }

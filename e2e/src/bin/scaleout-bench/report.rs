@@ -16,6 +16,8 @@ use crate::section::{BEGIN, END};
 const FLOOR_SLACK_S: f64 = 0.5;
 /// Target: 4 joiners within this factor of one joiner.
 const FANOUT_FACTOR: f64 = 1.15;
+/// Target (issue 20): all agents' CPU seconds per GiB the joiners received.
+const CPU_PER_GIB_TARGET_S: f64 = 2.0;
 /// Target: a scale-out by one member served from a warm standby, to Ready (seconds).
 const STANDBY_TARGET_S: f64 = 1.0;
 /// The runs the standby target is judged on (their median).
@@ -203,6 +205,17 @@ impl Report<'_> {
                     ratios.join(", ")
                 ));
             }
+            for r in self.results.iter().filter(|r| r.rate_mbit == rate) {
+                let Some(per_gib) = r.cpu_per_gib() else {
+                    continue;
+                };
+                lines.push(format!(
+                    "**{}** {rate} Mbit/s, incremental, {} joiner{}: {per_gib:.2} agent CPU-s per GiB received against ≤ {CPU_PER_GIB_TARGET_S:.1}",
+                    if per_gib <= CPU_PER_GIB_TARGET_S { "PASS" } else { "MISS" },
+                    r.joiners,
+                    if r.joiners == 1 { "" } else { "s" },
+                ));
+            }
         }
         lines
     }
@@ -285,16 +298,16 @@ impl Report<'_> {
         let _ = writeln!(md);
         let _ = writeln!(
             md,
-            "| link (Mbit/s) | strategy | joiners | size (MiB) | floor (s) | time (s) | time − floor (s) | ratio to floor | ratio to 1 joiner | Rebuild / Incremental | no member Ready (s) | first Pod (s) | slowest joiner: verify / sync / join (s) | machine CPU busy | agents CPU (s) |"
+            "| link (Mbit/s) | strategy | joiners | size (MiB) | floor (s) | time (s) | time − floor (s) | ratio to floor | ratio to 1 joiner | Rebuild / Incremental | no member Ready (s) | first Pod (s) | slowest joiner: verify / sync / join (s) | machine CPU busy | agents CPU (s) | agents CPU per GiB received (s) |"
         );
         let _ = writeln!(
             md,
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         for r in self.results {
             let _ = writeln!(
                 md,
-                "| {} | {}{} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {:.2} | {} | {} / {} / {} | {:.0} % | {:.1} |",
+                "| {} | {}{} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {:.2} | {} | {} / {} / {} | {:.0} % | {:.1} | {} |",
                 r.rate_mbit,
                 r.strategy.label(),
                 r.teardown_s
@@ -318,6 +331,7 @@ impl Report<'_> {
                 opt(r.join_s),
                 100.0 * r.machine_busy,
                 r.agent_cpu_s,
+                opt(r.cpu_per_gib()),
             );
         }
         let _ = writeln!(md);

@@ -51,6 +51,16 @@ impl RunResult {
     pub fn over_floor(&self) -> f64 {
         self.time_s - self.floor_s
     }
+
+    /// All agents' CPU seconds per GiB the joiners received (issue 20's measure of what a
+    /// joiner costs). Incremental only: there exactly the `k` joiners fetch the set during
+    /// the clock; a rebuild's new member on the first host already holds it, and a
+    /// standby fetched before the clock started.
+    pub fn cpu_per_gib(&self) -> Option<f64> {
+        let received = (self.joiners as u64 * self.bytes) as f64 / f64::from(1u32 << 30);
+        (self.strategy == Strategy::Incremental && received > 0.0)
+            .then(|| self.agent_cpu_s / received)
+    }
 }
 
 /// The physical floor: `bytes` over one link of `rate_mbit` Mbit/s (pure).

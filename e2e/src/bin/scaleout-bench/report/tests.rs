@@ -117,6 +117,16 @@ fn targets_pass_within_the_slack_and_miss_beyond_it() {
         lines[5],
         "2000 Mbit/s, Rebuild ÷ Incremental (reported, no threshold): 1 joiner 2.00× (no member Ready for 6.25 s)"
     );
+    // 3.25 agent CPU-s for the one joiner's GiB; the same for four joiners' 4 GiB.
+    assert_eq!(
+        lines[6],
+        "**MISS** 2000 Mbit/s, incremental, 1 joiner: 3.25 agent CPU-s per GiB received against ≤ 2.0"
+    );
+    assert_eq!(
+        lines[7],
+        "**PASS** 2000 Mbit/s, incremental, 4 joiners: 0.81 agent CPU-s per GiB received against ≤ 2.0"
+    );
+    assert_eq!(lines.len(), 8, "no CPU line for a rebuild: {lines:#?}");
 }
 
 #[test]
@@ -166,8 +176,8 @@ fn the_markdown_section_carries_provenance_command_table_and_targets() {
         "hosts: 2 network-namespace hosts, 1 device each; data links tc htb per host and direction",
         "raw link at 2000 Mbit/s, host-0 → host-1 (iperf3, 3 s): 1920 Mbit/s goodput = 96.0 % of the tc rate",
         "cargo scaleout-bench --joiners 1",
-        "| 2000 | Incremental | 1 | 1024 | 4.29 | 4.50 | 0.21 | 1.05 | 1.00 | – | 0.00 | 0.12 | 0.30 / 4.40 / - | 50 % | 3.2 |",
-        "| 2000 | Rebuild (old member gone at 1.50 s) | 1 | 1024 | 4.29 | 9.00 | 4.71 | 2.10 | 1.00 | 2.00 | 6.25 | 0.12 | 0.30 / 4.40 / - | 50 % | 3.2 |",
+        "| 2000 | Incremental | 1 | 1024 | 4.29 | 4.50 | 0.21 | 1.05 | 1.00 | – | 0.00 | 0.12 | 0.30 / 4.40 / - | 50 % | 3.2 | 3.25 |",
+        "| 2000 | Rebuild (old member gone at 1.50 s) | 1 | 1024 | 4.29 | 9.00 | 4.71 | 2.10 | 1.00 | 2.00 | 6.25 | 0.12 | 0.30 / 4.40 / - | 50 % | 3.2 | - |",
     ] {
         assert!(md.lines().any(|l| l == line), "{line:?} missing:\n{md}");
     }
