@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use hcomm_crds::contract::{POD_DRAINED, POD_JOINED, PodReason};
-use hcomm_e2e::harness::{self, Needs, Shared, Test};
 use hcomm_e2e::testbed::examples::{NAMESPACE as NS, POOL_WAIT};
 use hcomm_e2e::testbed::pools::{condition_of, workspace_root};
+use hcomm_e2e::testbed::suite::{Scenario, Suite};
 use hcomm_e2e::testbed::{CommPatch, ExamplePools, binaries};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -23,10 +23,8 @@ const HOSTS: usize = 4;
 const OP_TIMEOUT_SECONDS: u32 = 5;
 const SCENARIO_DEADLINE: Duration = Duration::from_secs(300);
 
-type Scenario = fn(&mut ExamplePools) -> futures::future::BoxFuture<'_, Result<()>>;
-
 fn main() {
-    let scenarios: [(&str, Scenario); 2] = [
+    let scenarios: Vec<(&str, Scenario)> = vec![
         (
             "a_joiner_whose_hccl_collective_hangs_is_failed_and_replaced_while_the_pools_serve",
             |p| {
@@ -40,73 +38,37 @@ fn main() {
             |p| Box::pin(pytest_as_a_members_engine(p)),
         ),
     ];
-    let rt = std::sync::Arc::new(
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime"),
-    );
-    let shared: Shared<ExamplePools> = Shared::default();
-    let tests = scenarios
-        .into_iter()
-        .map(|(name, scenario)| {
-            let (rt, shared) = (rt.clone(), shared.clone());
-            Test::new(name, Needs::NetworkNamespaces, move || {
-                shared.with(
-                    || {
-                        Ok(rt.block_on(ExamplePools::start_with(
-                            HOSTS,
-                            &CommPatch {
-                                backend: hcomm_crds::Backend::Hccl,
-                                op_timeout_seconds: Some(OP_TIMEOUT_SECONDS),
-                            },
-                        ))?)
-                    },
-                    |pools| {
-                        eprintln!("logs: {}", pools.bed.dir().join("logs").display());
-                        let _ = rt.block_on(pools.stop());
-                    },
-                    |pools| {
-                        rt.block_on(async {
-                            tokio::time::timeout(SCENARIO_DEADLINE, scenario(pools))
-                                .await
-                                .map_err(|_| {
-                                    anyhow::anyhow!("scenario deadline ({SCENARIO_DEADLINE:?})")
-                                })?
-                        })
-                    },
-                )
+    let suite = Suite {
+        hosts: HOSTS,
+        comm: CommPatch {
+            backend: hcomm_crds::Backend::Hccl,
+            op_timeout_seconds: Some(OP_TIMEOUT_SECONDS),
+        },
+        deadline: SCENARIO_DEADLINE,
+    };
+    suite
+        .run(scenarios, |rt, pools| {
+            rt.block_on(async {
+                let violations = pools
+                    .bed
+                    .hccl_runtime()
+                    .map(|rt| rt.violations())
+                    .unwrap_or_default();
+                let (decode, prefill) = pools.stop().await?;
+                decode
+                    .ensure_clean("decode, whole run")
+                    .map_err(anyhow::Error::msg)?;
+                prefill
+                    .ensure_clean("prefill, whole run")
+                    .map_err(anyhow::Error::msg)?;
+                ensure!(
+                    violations.is_empty(),
+                    "the HCCL simulator recorded violations:\n{violations}"
+                );
+                anyhow::Ok(())
             })
         })
-        .collect();
-    let mut summary = harness::run_in_order(tests);
-    if let Some(pools) = shared.teardown() {
-        let whole_run = rt.block_on(async {
-            let violations = pools
-                .bed
-                .hccl_runtime()
-                .map(|rt| rt.violations())
-                .unwrap_or_default();
-            let (decode, prefill) = pools.stop().await?;
-            decode
-                .ensure_clean("decode, whole run")
-                .map_err(anyhow::Error::msg)?;
-            prefill
-                .ensure_clean("prefill, whole run")
-                .map_err(anyhow::Error::msg)?;
-            ensure!(
-                violations.is_empty(),
-                "the HCCL simulator recorded violations:\n{violations}"
-            );
-            anyhow::Ok(())
-        });
-        if let Err(error) = whole_run {
-            eprintln!("error: after the last scenario: {error:#}");
-            summary.num_failed += 1;
-        }
-    }
-    summary.exit();
+        .exit();
 }
 
 /// A joiner's NPU hangs its first collective (the simulator's `hang_op=0`: the check

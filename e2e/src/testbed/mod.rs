@@ -27,6 +27,7 @@ pub mod load;
 pub mod npus;
 pub mod pools;
 pub mod ranktables;
+pub mod suite;
 pub mod timeline;
 pub mod timeline_svg;
 pub mod weights;

@@ -32,24 +32,21 @@ mod upgrade;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use hcomm_e2e::harness::{self, Needs, Shared, Test};
-use hcomm_e2e::testbed::ExamplePools;
+use hcomm_e2e::testbed::suite::{Scenario, Suite};
+use hcomm_e2e::testbed::{CommPatch, ExamplePools};
 
 /// Simulated hosts of the shared testbed (2 devices each).
 const HOSTS: usize = 5;
 /// The deadline of one scenario (the 30 scale cycles take the longest).
 const SCENARIO_DEADLINE: Duration = Duration::from_secs(600);
 
-type Scenario = for<'a> fn(&'a mut ExamplePools) -> Pin<Box<dyn Future<Output = Result<()>> + 'a>>;
-
 /// Registers a scenario under its function's name.
 macro_rules! scenarios {
     ($($module:ident::$name:ident),* $(,)?) => {
-        [$({
+        vec![$({
             fn scenario(pools: &mut ExamplePools) -> Pin<Box<dyn Future<Output = Result<()>> + '_>> {
                 Box::pin($module::$name(pools))
             }
@@ -86,57 +83,19 @@ fn main() {
         npu_faults::a_joiner_whose_npu_tls_differs_from_the_group_is_refused,
         npu_faults::a_joiner_whose_npu_pings_fail_is_refused,
     ];
-    let rt = Arc::new(
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime"),
-    );
-    let shared: Shared<ExamplePools> = Shared::default();
-    let tests = scenarios
-        .into_iter()
-        .map(|(name, scenario)| {
-            let (rt, shared) = (rt.clone(), shared.clone());
-            Test::new(name, Needs::NetworkNamespaces, move || {
-                run_scenario(&rt, &shared, scenario)
+    let suite = Suite {
+        hosts: HOSTS,
+        comm: CommPatch::default(),
+        deadline: SCENARIO_DEADLINE,
+    };
+    suite
+        .run(scenarios, |rt, pools| {
+            // The whole run, both pools: no request failed between the scenarios either.
+            rt.block_on(async {
+                let (decode, prefill) = pools.stop().await?;
+                check::clean(&decode, "decode, whole run")?;
+                check::clean(&prefill, "prefill, whole run")
             })
         })
-        .collect();
-    let mut summary = harness::run_in_order(tests);
-    if let Some(pools) = shared.teardown() {
-        // The whole run, both pools: no request failed between the scenarios either.
-        let whole_run = rt.block_on(async {
-            let (decode, prefill) = pools.stop().await?;
-            check::clean(&decode, "decode, whole run")?;
-            check::clean(&prefill, "prefill, whole run")
-        });
-        if let Err(error) = whole_run {
-            eprintln!("error: after the last scenario: {error:#}");
-            summary.num_failed += 1;
-        }
-    }
-    summary.exit();
-}
-
-/// Runs one scenario on the shared testbed, starting it first if none is up.
-fn run_scenario(
-    rt: &tokio::runtime::Runtime,
-    shared: &Shared<ExamplePools>,
-    scenario: Scenario,
-) -> Result<()> {
-    shared.with(
-        || Ok(rt.block_on(ExamplePools::start(HOSTS))?),
-        |pools| {
-            eprintln!("logs: {}", pools.bed.dir().join("logs").display());
-            let _ = rt.block_on(pools.stop());
-        },
-        |pools| {
-            rt.block_on(async {
-                tokio::time::timeout(SCENARIO_DEADLINE, scenario(pools))
-                    .await
-                    .map_err(|_| anyhow::anyhow!("scenario deadline ({SCENARIO_DEADLINE:?})"))?
-            })
-        },
-    )
+        .exit();
 }
