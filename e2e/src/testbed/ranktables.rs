@@ -69,7 +69,12 @@ async fn record(api: Api<ConfigMap>, dir: PathBuf, written: Arc<AtomicUsize>) {
                 }
             }
             Ok(Event::Delete(_) | Event::Init | Event::InitDone) => {}
-            Err(e) => tracing::debug!(error = %e, "rank-table copies: watch error (retrying)"),
+            Err(e) => {
+                // The watcher retries at once on its next poll: pause, so a watch whose API
+                // server is gone does not spin without yielding.
+                tracing::debug!(error = %e, "rank-table copies: watch error (retrying)");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
         }
     }
 }

@@ -67,6 +67,12 @@ impl Suite {
             eprintln!("error: after the last scenario: {error:#}");
             summary.num_failed += 1;
         }
+        // Not dropped, which would wait for every task to reach a yield point: a task of
+        // the stopped pools may not, and the process exits right after the summary.
+        match std::sync::Arc::try_unwrap(rt) {
+            Ok(rt) => rt.shutdown_background(),
+            Err(rt) => std::mem::forget(rt),
+        }
         summary
     }
 

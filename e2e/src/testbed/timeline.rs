@@ -126,10 +126,20 @@ impl Drop for Timeline {
     }
 }
 
+/// The pause after a watch error: short, so marks after an API hiccup stay timely.
+const WATCH_RETRY: Duration = Duration::from_millis(50);
+
 async fn record(pods: Api<Pod>, start: Instant, marks: Arc<Mutex<BTreeMap<String, MemberMarks>>>) {
     let config = watcher::Config::default().labels(LABEL_GROUP);
     let mut events = watcher::watcher(pods, config).boxed();
     while let Some(event) = events.next().await {
+        if let Err(e) = &event {
+            // The watcher retries at once on its next poll: pause, so a watch whose API
+            // server is gone (after the testbed stops) does not spin without yielding.
+            tracing::debug!(error = %e, "timeline: watch error (retrying)");
+            tokio::time::sleep(WATCH_RETRY).await;
+            continue;
+        }
         let now = start.elapsed();
         let mut marks = marks.lock().expect("timeline");
         match event {
@@ -140,8 +150,7 @@ async fn record(pods: Api<Pod>, start: Instant, marks: Arc<Mutex<BTreeMap<String
                     m.deleted.get_or_insert(now);
                 }
             }
-            Ok(Event::Init | Event::InitDone) => {}
-            Err(e) => tracing::debug!(error = %e, "timeline: watch error (retrying)"),
+            Ok(Event::Init | Event::InitDone) | Err(_) => {}
         }
     }
 }
