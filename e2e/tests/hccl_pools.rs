@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use hcomm_crds::contract::{POD_DRAINED, POD_JOINED, PodReason};
+use hcomm_crds::contract::{POD_DRAINED, PodReason};
 use hcomm_e2e::testbed::examples::{NAMESPACE as NS, POOL_WAIT};
 use hcomm_e2e::testbed::pools::{condition_of, workspace_root};
 use hcomm_e2e::testbed::suite::{Scenario, Suite};
@@ -90,16 +90,13 @@ async fn a_joiner_whose_hccl_collective_hangs_is_failed_and_replaced(
     runtime.inject_once("decode-2-", "hang_op=0");
     let t = Instant::now();
     pools.bed.scale("decode", 3)?;
-    let pods: Api<Pod> = Api::namespaced(pools.bed.client().await?, NS);
+    // From the Pod watch: the failed joiner is deleted at once, so a poll may miss it.
+    let failed_prefix = format!("{}: ", PodReason::JoinFailed.as_str());
     let (failed, message) = loop {
-        let list = pods.list(&ListParams::default()).await?.items;
-        let found = list.iter().find_map(|p| {
-            let name = p.metadata.name.clone().unwrap_or_default();
-            let (status, reason, message) = condition_of(p, POD_JOINED)?;
-            (name.starts_with("decode-2-")
-                && status == "False"
-                && reason == PodReason::JoinFailed.as_str())
-            .then_some((name, message))
+        let found = pools.timeline.members().into_iter().find_map(|(name, m)| {
+            let why = m.join_failed?;
+            let message = why.strip_prefix(&failed_prefix)?.to_string();
+            name.starts_with("decode-2-").then_some((name, message))
         });
         if let Some(f) = found {
             break f;

@@ -44,6 +44,9 @@ pub struct MemberMarks {
     pub deleted: Option<Duration>,
     /// The last `False` verification, as `reason: message`.
     pub refused: Option<String>,
+    /// The last `False` join, as `reason: message`. Kept here because the state is brief:
+    /// the operator deletes a joiner that failed at once, so polling may never see it.
+    pub join_failed: Option<String>,
     /// Why the member counts as drained (`Drained`: nothing in flight; `DrainTimedOut`).
     pub drained_reason: Option<String>,
 }
@@ -201,12 +204,17 @@ fn observe(marks: &mut BTreeMap<String, MemberMarks>, pod: &Pod, now: Duration) 
             if c.type_ == POD_DRAINED {
                 m.drained_reason.clone_from(&c.reason);
             }
-        } else if c.type_ == POD_VERIFIED && c.status == "False" {
-            m.refused = Some(format!(
+        } else if c.status == "False" && matches!(c.type_.as_str(), POD_VERIFIED | POD_JOINED) {
+            let why = format!(
                 "{}: {}",
                 c.reason.as_deref().unwrap_or(""),
                 c.message.as_deref().unwrap_or("")
-            ));
+            );
+            if c.type_ == POD_VERIFIED {
+                m.refused = Some(why);
+            } else {
+                m.join_failed = Some(why);
+            }
         }
     }
 }
