@@ -73,7 +73,7 @@ async fn record(api: Api<ConfigMap>, dir: PathBuf, written: Arc<AtomicUsize>) {
                 // The watcher retries at once on its next poll: pause, so a watch whose API
                 // server is gone does not spin without yielding.
                 tracing::debug!(error = %e, "rank-table copies: watch error (retrying)");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                tokio::time::sleep(super::timeline::WATCH_RETRY).await;
             }
         }
     }

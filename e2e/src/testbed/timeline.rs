@@ -129,8 +129,9 @@ impl Drop for Timeline {
     }
 }
 
-/// The pause after a watch error: short, so marks after an API hiccup stay timely.
-const WATCH_RETRY: Duration = Duration::from_millis(50);
+/// The pause after a watch error of the testbed's observers (this one, the rank-table
+/// copies): short, so marks after an API hiccup stay timely.
+pub(crate) const WATCH_RETRY: Duration = Duration::from_millis(50);
 
 async fn record(pods: Api<Pod>, start: Instant, marks: Arc<Mutex<BTreeMap<String, MemberMarks>>>) {
     let config = watcher::Config::default().labels(LABEL_GROUP);
