@@ -39,6 +39,10 @@ pub struct AgentConfig {
     /// Where each member Pod's own local-API socket is served (`--pod-sockets-dir`):
     /// `<dir>/<pod uid>/agent.sock`, the directory the operator mounts into that Pod.
     pub pod_sockets_dir: PathBuf,
+    /// The local-API CSI driver (`--local-api-csi`): None when off (hostPath volumes only).
+    pub local_api_csi: Option<CsiDriverConfig>,
+    /// The kubelet's root directory (`--kubelet-root-dir`): CSI targets lie below it.
+    pub kubelet_root_dir: PathBuf,
     /// How callers of the local API are identified (`--local-api-callers`).
     pub local_api_callers: crate::local_api::caller::CallerCheck,
     /// Loopback rank-table peers accepted (`--allow-loopback-peers`, loopback testbeds only).
@@ -90,6 +94,36 @@ pub struct AgentConfig {
     pub pod_resources_socket: PathBuf,
 }
 
+/// Where the agent's local-API CSI driver listens and registers (see
+/// `local_api::csi`). The kubelet finds it through the registration socket, then calls
+/// the CSI socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsiDriverConfig {
+    /// The CSI endpoint (`--csi-socket`).
+    pub socket: PathBuf,
+    /// The kubelet's plugin-registration directory (`--kubelet-registration-dir`); the
+    /// registration socket is `<dir>/<driver>-reg.sock`.
+    pub registration_dir: PathBuf,
+}
+
+impl Default for CsiDriverConfig {
+    fn default() -> Self {
+        CsiDriverConfig {
+            // Below the kubelet's default root, as the chart mounts them.
+            socket: "/var/lib/kubelet/plugins/local-api.hcomm.io/csi.sock".into(),
+            registration_dir: "/var/lib/kubelet/plugins_registry".into(),
+        }
+    }
+}
+
+impl CsiDriverConfig {
+    /// The registration socket the kubelet's plugin watcher finds.
+    pub fn registration_socket(&self) -> PathBuf {
+        self.registration_dir
+            .join(format!("{}-reg.sock", hcomm_crds::local_api::CSI_DRIVER))
+    }
+}
+
 impl AgentConfig {
     /// The NIC rule of the node itself (no group's `socketIfname`): what the inventory
     /// reports as the data NIC and what the health probes leave through.
@@ -128,6 +162,8 @@ impl AgentConfig {
             sources: InventorySources::default(),
             socket_path: hcomm_crds::local_api::NODE_SOCKET.into(),
             pod_sockets_dir: hcomm_crds::local_api::POD_SOCKETS_DIR.into(),
+            local_api_csi: Some(CsiDriverConfig::default()),
+            kubelet_root_dir: hcomm_crds::local_api::KUBELET_ROOT_DIR.into(),
             local_api_callers: Default::default(),
             allow_loopback_peers: false,
             allowed_uids: Vec::new(),
@@ -161,7 +197,7 @@ pub struct Context {
     pub metrics: Metrics,
     pub hub: Hub,
     /// The member Pods' own local-API sockets, served from [`Context::hub`].
-    pub pod_sockets: crate::local_api::pods::PodSockets,
+    pub pod_sockets: Arc<crate::local_api::pods::PodSockets>,
     pub inventory: tokio::sync::RwLock<Inventory>,
     pub weights: Arc<dyn WeightsSyncer>,
     pub recorder: kube::runtime::events::Recorder,
@@ -193,11 +229,12 @@ impl Context {
             },
         );
         let hub = Hub::default();
-        let pod_sockets = crate::local_api::pods::PodSockets::new(
+        let pod_sockets = Arc::new(crate::local_api::pods::PodSockets::new(
             cfg.pod_sockets_dir.clone(),
             hub.clone(),
             cfg.local_api_access(),
-        );
+            &cfg.kubelet_root_dir,
+        ));
         let group_secrets = Arc::new(crate::group_secrets::GroupSecrets::new(
             client.clone(),
             cfg.secrets_namespace.clone(),

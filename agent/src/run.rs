@@ -204,6 +204,19 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         Serves::Node,
         stopped(),
     ));
+    let csi_server = match &ctx.cfg.local_api_csi {
+        Some(csi) => {
+            let driver = crate::local_api::csi::LocalApiDriver::new(
+                ctx.pod_sockets.clone(),
+                ctx.cfg.kubelet_root_dir.clone(),
+                ctx.cfg.node_name.clone(),
+            );
+            let server = crate::local_api::csi::serve(csi, driver).await?;
+            tracing::info!(socket = %csi.socket.display(), registration = %csi.registration_socket().display(), kubelet_root = %ctx.cfg.kubelet_root_dir.display(), "local-API CSI driver");
+            Some(server)
+        }
+        None => None,
+    };
     let inv_task = tokio::spawn(inventory_loop(ctx.clone()));
     let health_task = tokio::spawn(crate::health::probe_loop(ctx.clone()));
     let group_watch = tokio::spawn({
@@ -224,6 +237,9 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     }
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), driver).await;
     let _ = tokio::join!(probe_task, api_task, metrics_task, weights_task);
+    if let Some(server) = csi_server {
+        server.shutdown(std::time::Duration::from_secs(2)).await;
+    }
     let _ = std::fs::remove_file(&ctx.cfg.socket_path);
     Ok(())
 }

@@ -8,11 +8,18 @@
 //! result or `error`. `watch` turns the connection into a stream of `{"event": ...}` lines.
 //!
 //! Where the sockets are (see `docs/security.md`, "Local API"): the agent serves one socket
-//! per member Pod, `<`[`POD_SOCKETS_DIR`]`>/<pod uid>/`[`SOCKET_FILE`], and the operator
-//! mounts only that Pod's directory (read-only) at [`MOUNT_DIR`], so every worker finds its
-//! own socket at [`MOUNT_SOCKET`] and no other. A request on a Pod's socket acts on that
-//! Pod only; `pod`/`namespace` must name it. The node socket ([`NODE_SOCKET`]) is mounted
-//! into no Pod: node tools (and tests) use it, and it refuses callers inside a Pod.
+//! per member Pod, and every worker finds its own Pod's socket at [`MOUNT_SOCKET`] and no
+//! other. The operator gives each member Pod the directory holding it in one of two ways:
+//! - a CSI ephemeral inline volume of the agent's driver [`CSI_DRIVER`] (the default): the
+//!   kubelet asks the agent to publish the volume for that Pod, and the agent serves the
+//!   Pod's socket inside the volume's own directory. No hostPath, so member Pods pass Pod
+//!   Security `baseline` (and `restricted`'s volume rule);
+//! - a hostPath of `<`[`POD_SOCKETS_DIR`]`>/<pod uid>/`[`SOCKET_FILE`] narrowed to the Pod by
+//!   `subPathExpr`, for clusters that cannot register a CSI driver.
+//!
+//! Either way the mount is read-only at [`MOUNT_DIR`]. A request on a Pod's socket acts on
+//! that Pod only; `pod`/`namespace` must name it. The node socket ([`NODE_SOCKET`]) is
+//! mounted into no Pod: node tools (and tests) use it, and it refuses callers inside a Pod.
 
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +40,15 @@ pub const MOUNT_SOCKET: &str = "/run/hcomm/agent.sock";
 /// The node socket on the host (the agent's `--socket` default): for node tools, never
 /// mounted into a Pod.
 pub const NODE_SOCKET: &str = "/run/hcomm/agent.sock";
+
+/// The name of the member Pods' local-API volume.
+pub const VOLUME: &str = "hcomm-agent-api";
+/// The agent's CSI driver: the `CSIDriver` object the chart installs and the `driver` of the
+/// member Pods' local-API volume. Ephemeral inline volumes only, with `podInfoOnMount`.
+pub const CSI_DRIVER: &str = "local-api.hcomm.io";
+/// The kubelet's root directory (the agent's `--kubelet-root-dir` default): CSI target
+/// paths must lie below its `pods/` directory.
+pub const KUBELET_ROOT_DIR: &str = "/var/lib/kubelet";
 
 /// A request from the worker.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]

@@ -6,6 +6,8 @@
 
 use std::time::{Duration, Instant};
 
+pub mod autoscale;
+
 use crate::testbed::ranktables::RankTableRecorder;
 use crate::testbed::{self, HostsMode, LoadOptions, LoadStats, Result, Testbed, TestbedOptions};
 
@@ -31,6 +33,11 @@ pub struct DemoOptions {
     /// Both pools' `comm.backend`. `hccl` runs on the HCCL conformance simulator installed
     /// as the hosts' CANN runtime (namespace hosts only).
     pub backend: hcomm_crds::Backend,
+    /// Scale decode with an autoscaler on load instead of `kubectl scale`
+    /// ([`autoscale`]; namespace hosts only).
+    pub autoscale: bool,
+    /// Where `autoscale` writes its chart of the chain (load, metric, desired, Ready).
+    pub autoscale_plot: Option<std::path::PathBuf>,
 }
 
 impl Default for DemoOptions {
@@ -42,6 +49,8 @@ impl Default for DemoOptions {
             hosts_mode: HostsMode::NamespacesOrLoopback,
             timeline_svg: None,
             backend: hcomm_crds::Backend::Tcp,
+            autoscale: false,
+            autoscale_plot: None,
         }
     }
 }
@@ -62,6 +71,8 @@ pub struct Summary {
     pub scale_out: Duration,
     /// `kubectl scale` 4 → 2 until the victims are drained and gone.
     pub scale_in: Duration,
+    /// With `--autoscale`: the sizes the HPA took decode to, up and back.
+    pub hpa: Option<(i32, i32)>,
 }
 
 impl std::fmt::Display for Summary {
@@ -75,7 +86,11 @@ impl std::fmt::Display for Summary {
             self.wrong_digest,
             self.scale_out.as_secs_f64(),
             self.scale_in.as_secs_f64()
-        )
+        )?;
+        if let Some((to, back)) = self.hpa {
+            write!(f, " hpa_scaled_to={to} hpa_scaled_back_to={back}")?;
+        }
+        Ok(())
     }
 }
 
@@ -192,36 +207,26 @@ async fn pools(bed: &Testbed, args: &DemoOptions, clock: &Clock) -> Result<Summa
     tokio::time::sleep(args.hold).await;
     report(clock, "decode", &decode_load.latest());
 
-    clock.say("kubectl scale hcg/decode --replicas=4");
-    let t = Instant::now();
-    bed.scale("decode", 4)?;
-    let members = bed
-        .wait_pool_ready(NAMESPACE, "decode", 4, POOL_WAIT)
-        .await?;
-    let scale_out = t.elapsed();
-    clock.say(format!(
-        "decode: 4 members Ready after {:.2}s: {}",
-        scale_out.as_secs_f64(),
-        names(&members)
-    ));
-    tokio::time::sleep(args.hold).await;
-    report(clock, "decode", &decode_load.latest());
-
-    clock.say("kubectl scale hcg/decode --replicas=2");
-    let t = Instant::now();
-    bed.scale("decode", 2)?;
-    let members = bed
-        .wait_pool_ready(NAMESPACE, "decode", 2, POOL_WAIT)
-        .await?;
-    bed.wait_members(NAMESPACE, "decode", 2, Duration::from_secs(120))
-        .await?;
-    let scale_in = t.elapsed();
-    clock.say(format!(
-        "decode: back to 2 after {:.2}s (victims drained, then deleted): {}",
-        scale_in.as_secs_f64(),
-        names(&members)
-    ));
-    tokio::time::sleep(args.hold).await;
+    let (scale_out, scale_in, hpa) = if args.autoscale {
+        let run = autoscale::run(bed, clock, &digest, 4, args.hold).await?;
+        println!("\nthe autoscaling chain, sampled every 0.5 s (seconds since it was up):");
+        print!("{}", autoscale::render_table(&run.samples));
+        println!();
+        if let Some(path) = &args.autoscale_plot {
+            let title = "cargo demo --autoscale: load → Prometheus → KEDA → HPA → decode";
+            std::fs::write(path, autoscale::render_svg(title, &run.samples))
+                .map_err(testbed::Error::io(format!("write {}", path.display())))?;
+            clock.say(format!("the chain's chart written to {}", path.display()));
+        }
+        (
+            run.scale_out,
+            run.scale_in,
+            Some((run.scaled_to, run.scaled_back_to)),
+        )
+    } else {
+        let (out, inward) = scale_by_hand(bed, clock, args.hold, &decode_load).await?;
+        (out, inward, None)
+    };
 
     let decode = decode_load.stop().await?;
     let prefill = prefill_load.stop().await?;
@@ -270,7 +275,48 @@ async fn pools(bed: &Testbed, args: &DemoOptions, clock: &Clock) -> Result<Summa
         wrong_digest: wrong,
         scale_out,
         scale_in,
+        hpa,
     })
+}
+
+/// decode 2 → 4 → 2 with `kubectl scale`; returns the time to 4 Ready and back to 2.
+async fn scale_by_hand(
+    bed: &Testbed,
+    clock: &Clock,
+    hold: Duration,
+    decode_load: &testbed::LoadRun,
+) -> Result<(Duration, Duration)> {
+    clock.say("kubectl scale hcg/decode --replicas=4");
+    let t = Instant::now();
+    bed.scale("decode", 4)?;
+    let members = bed
+        .wait_pool_ready(NAMESPACE, "decode", 4, POOL_WAIT)
+        .await?;
+    let scale_out = t.elapsed();
+    clock.say(format!(
+        "decode: 4 members Ready after {:.2}s: {}",
+        scale_out.as_secs_f64(),
+        names(&members)
+    ));
+    tokio::time::sleep(hold).await;
+    report(clock, "decode", &decode_load.latest());
+
+    clock.say("kubectl scale hcg/decode --replicas=2");
+    let t = Instant::now();
+    bed.scale("decode", 2)?;
+    let members = bed
+        .wait_pool_ready(NAMESPACE, "decode", 2, POOL_WAIT)
+        .await?;
+    bed.wait_members(NAMESPACE, "decode", 2, Duration::from_secs(120))
+        .await?;
+    let scale_in = t.elapsed();
+    clock.say(format!(
+        "decode: back to 2 after {:.2}s (victims drained, then deleted): {}",
+        scale_in.as_secs_f64(),
+        names(&members)
+    ));
+    tokio::time::sleep(hold).await;
+    Ok((scale_out, scale_in))
 }
 
 /// `hccl` when every answer came from a member serving on HCCL (likewise `tcp`), else each

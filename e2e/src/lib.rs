@@ -6,6 +6,7 @@
 //! linter for metrics (`promtool`, built from a pinned release). Tests of every crate use
 //! it; it depends on no hcomm runtime crate, so it can never be what it tests.
 
+pub mod bench;
 pub mod chart;
 pub mod controlplane;
 pub mod demo;

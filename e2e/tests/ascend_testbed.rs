@@ -191,6 +191,7 @@ impl Cluster {
                 log_dir: dir.join("logs"),
                 device_plugin: Some(plugin.clone()),
                 hccl_runtime: None,
+                csi_views: dir.join("v"),
             },
         );
         Ok(Cluster {

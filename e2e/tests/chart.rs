@@ -182,6 +182,82 @@ fn agent_container(extra: &[&str]) -> Result<AgentContainer> {
     Ok(AgentContainer { pod, args, mounts })
 }
 
+#[test]
+fn the_local_api_reaches_pods_through_the_csi_driver_unless_host_path_is_chosen() -> Result<()> {
+    let docs = render(&[])?;
+    let driver = find(&docs, "CSIDriver", "local-api.hcomm.io")?;
+    let spec = &driver["spec"];
+    assert_eq!(spec["attachRequired"], Value::Bool(false));
+    assert_eq!(spec["podInfoOnMount"], Value::Bool(true));
+    assert_eq!(spec["fsGroupPolicy"].as_str(), Some("None"));
+    assert_eq!(
+        spec["volumeLifecycleModes"],
+        serde_yaml::from_str::<Value>("[Ephemeral]")?
+    );
+    let operator = serde_yaml::to_string(&find(&docs, "Deployment", "-operator")?)?;
+    assert!(operator.contains("--local-api-volume=csi"), "{operator}");
+    let agent = agent_container(&[])?;
+    for flag in [
+        "--local-api-csi=true",
+        "--kubelet-root-dir=/var/lib/kubelet",
+        "--csi-socket=/var/lib/kubelet/plugins/local-api.hcomm.io/csi.sock",
+        "--kubelet-registration-dir=/var/lib/kubelet/plugins_registry",
+    ] {
+        assert!(
+            agent.args.iter().any(|a| a == flag),
+            "{flag}: {:?}",
+            agent.args
+        );
+    }
+    // The driver's sockets and the Pods' directories, each at its host path, writable.
+    let csi_paths = [
+        "/var/lib/kubelet/plugins/local-api.hcomm.io",
+        "/var/lib/kubelet/plugins_registry",
+        "/var/lib/kubelet/pods",
+    ];
+    for path in csi_paths {
+        assert!(
+            agent
+                .mounts
+                .iter()
+                .any(|(at, ro, host)| at == path && host == path && !ro),
+            "{path}: {:?}",
+            agent.mounts
+        );
+    }
+
+    let docs = render(&["--set", "localApi.volume=host-path"])?;
+    assert!(find(&docs, "CSIDriver", "local-api.hcomm.io").is_err());
+    let operator = serde_yaml::to_string(&find(&docs, "Deployment", "-operator")?)?;
+    assert!(
+        operator.contains("--local-api-volume=host-path"),
+        "{operator}"
+    );
+    let agent = agent_container(&["--set", "localApi.volume=host-path"])?;
+    assert!(agent.args.iter().any(|a| a == "--local-api-csi=false"));
+    assert!(
+        agent
+            .mounts
+            .iter()
+            .all(|(at, _, _)| !csi_paths.contains(&at.as_str())),
+        "{:?}",
+        agent.mounts
+    );
+
+    let out = output(helm_cmd(&[
+        "template",
+        "hcomm",
+        CHART,
+        "--set",
+        "localApi.volume=emptyDir",
+    ])?)?;
+    assert!(
+        !out.status.success(),
+        "an unknown local-API volume rendered"
+    );
+    Ok(())
+}
+
 /// The host paths the agent reads on a real Ascend node (ASCEND.md §3, §7).
 const ASCEND_HOST_FILES: [&str; 7] = [
     "/usr/local/Ascend/driver",
@@ -568,6 +644,16 @@ async fn helm_installs_into_a_real_control_plane_with_minimal_rbac() -> Result<(
         "name",
     ]);
     assert_eq!(ok(get)?.lines().count(), 2);
+    // The local-API CSI driver, as the API server stored it (its spec is validated there).
+    let mut get = cp.kubectl();
+    get.args(["get", "csidriver", "local-api.hcomm.io", "-o", "json"]);
+    let driver: serde_json::Value = serde_json::from_str(&ok(get)?)?;
+    assert_eq!(driver["spec"]["podInfoOnMount"], true, "{driver}");
+    assert_eq!(
+        driver["spec"]["volumeLifecycleModes"],
+        serde_json::json!(["Ephemeral"]),
+        "{driver}"
+    );
     let mut get = cp.kubectl();
     get.args([
         "get",

@@ -7,6 +7,10 @@
 //!   through the worker library, every answer from a member serving on one, and the
 //!   simulator saw no violation of HCCL's rules.
 //!
+//! - `--autoscale` (needs root: the aggregator reaches KEDA at a namespace-side address):
+//!   Prometheus, KEDA and the HPA controller move decode 2 → 4 → 2 on a load step, with no
+//!   `kubectl scale`, and the chain's chart is written.
+//!
 //! Smaller weights (16 MiB) and shorter holds than the real demo keep each to about a
 //! minute. Under the harness so that, without root, the HCCL run is reported ignored.
 
@@ -28,6 +32,11 @@ fn main() {
             "the_demo_on_the_hccl_backend_serves_every_request_from_hccl_communicators",
             Needs::NetworkNamespaces,
             on_hccl,
+        ),
+        Test::new(
+            "the_autoscaled_demo_is_scaled_to_4_and_back_to_2_by_the_hpa_through_keda",
+            Needs::NetworkNamespaces,
+            autoscaled,
         ),
     ])
     .exit();
@@ -90,6 +99,33 @@ fn on_hccl() -> anyhow::Result<()> {
     anyhow::ensure!(
         summary.to_string().starts_with("backend=hccl "),
         "{summary}"
+    );
+    Ok(())
+}
+
+/// The acceptance of `cargo demo --autoscale`: its last line says `hpa_scaled_to=4
+/// hpa_scaled_back_to=2` beside `failed=0 wrong_digest=0`, and the chart of the chain is
+/// written (the demo itself fails unless the HPA read its metric through KEDA).
+fn autoscaled() -> anyhow::Result<()> {
+    let chart =
+        std::env::temp_dir().join(format!("hcomm-demo-autoscale-{}.svg", std::process::id()));
+    let summary = run(DemoOptions {
+        autoscale: true,
+        autoscale_plot: Some(chart.clone()),
+        ..small(HostsMode::Namespaces)
+    })?;
+    anyhow::ensure!(summary.hpa == Some((4, 2)), "{summary}");
+    let line = summary.to_string();
+    anyhow::ensure!(
+        line.ends_with(" hpa_scaled_to=4 hpa_scaled_back_to=2")
+            && line.contains(" failed=0 wrong_digest=0 "),
+        "{line}"
+    );
+    let svg = std::fs::read_to_string(&chart)?;
+    let _ = std::fs::remove_file(&chart);
+    anyhow::ensure!(
+        svg.starts_with("<svg") && svg.contains("HPA desired"),
+        "{svg}"
     );
     Ok(())
 }

@@ -7,14 +7,11 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use hcomm_crds::contract::{POD_DRAINED, PodReason};
+use hcomm_crds::contract::PodReason;
 use hcomm_e2e::testbed::examples::{NAMESPACE as NS, POOL_WAIT};
-use hcomm_e2e::testbed::pools::{condition_of, workspace_root};
+use hcomm_e2e::testbed::pools::workspace_root;
 use hcomm_e2e::testbed::suite::{Scenario, Suite};
-use hcomm_e2e::testbed::{CommPatch, ExamplePools, binaries};
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::api::ListParams;
+use hcomm_e2e::testbed::{CommPatch, ExamplePools, binaries, timeline};
 
 /// Hosts: prefill 2 + decode up to 3 members, one device each, two devices per host.
 const HOSTS: usize = 4;
@@ -91,20 +88,33 @@ async fn a_joiner_whose_hccl_collective_hangs_is_failed_and_replaced(
     let t = Instant::now();
     pools.bed.scale("decode", 3)?;
     // From the Pod watch: the failed joiner is deleted at once, so a poll may miss it.
+    // The first decode-2-* member that ends, ends this wait: a verification refusal or a
+    // join failed for another reason is reported as what it is.
     let failed_prefix = format!("{}: ", PodReason::JoinFailed.as_str());
     let (failed, message) = loop {
-        let found = pools.timeline.members().into_iter().find_map(|(name, m)| {
-            let why = m.join_failed?;
-            let message = why.strip_prefix(&failed_prefix)?.to_string();
-            name.starts_with("decode-2-").then_some((name, message))
-        });
-        if let Some(f) = found {
-            break f;
+        let members = pools.timeline.members();
+        let ended = members
+            .iter()
+            .filter(|(name, _)| name.starts_with("decode-2-"))
+            .find_map(|(name, m)| {
+                let why = m.join_failed.as_ref().or(m.refused.as_ref())?;
+                Some((name.clone(), why.clone()))
+            });
+        if let Some((name, why)) = ended {
+            let message = why
+                .strip_prefix(&failed_prefix)
+                .with_context(|| format!("{name} ended otherwise than by a failed join: {why}"))?;
+            break (name, message.to_owned());
         }
-        ensure!(
-            t.elapsed() < POOL_WAIT,
-            "no decode-2-* join failed within {POOL_WAIT:?}"
-        );
+        if t.elapsed() >= POOL_WAIT {
+            anyhow::bail!(
+                "no decode-2-* join failed within {POOL_WAIT:?}; injected faults no Pod has \
+                 started with: {:?}\n{}{}",
+                runtime.pending_faults(),
+                timeline::render(&members, |_| String::new()),
+                worker_log_tails(pools, "decode-2-", 6)
+            );
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let failed_after = t.elapsed();
@@ -182,27 +192,23 @@ async fn pytest_as_a_members_engine(pools: &mut ExamplePools) -> Result<()> {
     bed.scale(PY, 3)?;
     bed.wait_pool_ready(NS, PY, 3, POOL_WAIT).await?;
     bed.scale(PY, 2)?;
-    let pods: Api<Pod> = Api::namespaced(bed.client().await?, NS);
     let t = Instant::now();
-    // The member scaled in, and when its drain was seen finished (polled every 100 ms).
+    // The member scaled in, and when its drain finished, from the Pod watch: the operator
+    // deletes a drained member at once, so a poll of the Pods may never see it drained.
+    let timeline = &pools.timeline;
     let (victim, drained_seen) = loop {
-        let list = pods
-            .list(
-                &ListParams::default()
-                    .labels(&format!("{}={PY}", hcomm_crds::contract::LABEL_GROUP)),
-            )
-            .await?
-            .items;
-        let drained = list.iter().find_map(|p| {
-            let (status, reason, _) = condition_of(p, POD_DRAINED)?;
-            (status == "True").then(|| (p.metadata.name.clone().unwrap_or_default(), reason))
+        let drained = timeline.members().into_iter().find_map(|(name, m)| {
+            let at = m.drained.filter(|_| m.group == PY)?;
+            Some((name, at, m.drained_reason.unwrap_or_default()))
         });
-        if let Some((name, reason)) = drained {
+        if let Some((name, at, reason)) = drained {
             ensure!(
                 reason == PodReason::Drained.as_str(),
                 "{name} drained with {reason}, not after its engine reported 0 in flight"
             );
-            break (name, std::time::SystemTime::now());
+            let unix =
+                std::time::UNIX_EPOCH + Duration::from_millis(timeline.origin_unix_ms()) + at;
+            break (name, unix);
         }
         ensure!(t.elapsed() < POOL_WAIT, "no {PY} member drained");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -338,4 +344,47 @@ spec:
         lib = lib.display(),
         out = out.display(),
     )
+}
+
+/// The last `lines` lines of each worker log of the Pods named `prefix*`, without
+/// terminal colours: what a failure message needs when the testbed's logs are gone (a CI
+/// machine keeps only the test's output).
+fn worker_log_tails(pools: &ExamplePools, prefix: &str, lines: usize) -> String {
+    let dir = pools.bed.dir().join("logs");
+    let mut out = String::new();
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return format!("(no logs in {})", dir.display());
+    };
+    let mut names: Vec<_> = entries
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n.starts_with(&format!("{NS}_{prefix}")) && n.ends_with("_worker.log"))
+        .collect();
+    names.sort();
+    for name in names {
+        let text = std::fs::read_to_string(dir.join(&name)).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        out.push_str(&format!("--- {name}, last {lines} lines:\n"));
+        for line in &all[all.len().saturating_sub(lines)..] {
+            out.extend(strip_ansi(line).chars().take(400));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

@@ -68,7 +68,7 @@ c.sendall(b"x" * int(sys.argv[3])); c.shutdown(socket.SHUT_WR); c.recv(1)
 "#;
 
 fn main() {
-    let tests: [(fn(), &str, Needs); 11] = [
+    let tests: [(fn(), &str, Needs); 12] = [
         (
             two_hosts_reach_each_other_over_the_data_subnet as fn(),
             "two_hosts_reach_each_other_over_the_data_subnet",
@@ -93,6 +93,11 @@ fn main() {
         (
             delay_is_applied_or_refused_as_unsupported_when_the_kernel_lacks_netem as fn(),
             "delay_is_applied_or_refused_as_unsupported_when_the_kernel_lacks_netem",
+            Needs::NetworkNamespaces,
+        ),
+        (
+            a_pod_address_is_reachable_while_its_host_holds_it_and_unreachable_after as fn(),
+            "a_pod_address_is_reachable_while_its_host_holds_it_and_unreachable_after",
             Needs::NetworkNamespaces,
         ),
         (
@@ -395,6 +400,51 @@ fn delay_is_applied_or_refused_as_unsupported_when_the_kernel_lacks_netem() {
             );
         }
     }
+}
+
+/// A departed Pod's address must fail the way a cluster network fails it, at once and as
+/// "no route", never by leaving the sandbox through the machine's default route (where an
+/// egress proxy answered HTTP 404, which looked like a Pod's answer).
+fn a_pod_address_is_reachable_while_its_host_holds_it_and_unreachable_after() {
+    let mut hosts = sim(SimHostsOptions::new(2));
+    let range = hosts.claim_pod_range().unwrap();
+    let network: Ipv4Addr = range.split('/').next().unwrap().parse().unwrap();
+    let [a, b, ..] = network.octets();
+    let pod = Ipv4Addr::new(a, b, 3, 7);
+    let host_b = hosts.host(1).unwrap().clone();
+    hosts.add_pod_address(1, pod).unwrap();
+    {
+        let _server = Server::start(&host_b, ECHO_SERVER, &pod.to_string());
+        let mut s = TcpStream::connect_timeout(&(pod, 7000).into(), Duration::from_secs(2))
+            .unwrap_or_else(|e| panic!("root namespace cannot reach the Pod at {pod}: {e}"));
+        s.set_read_timeout(Some(DEADLINE)).unwrap();
+        let mut pong = [0; 4];
+        s.read_exact(&mut pong).unwrap();
+        assert_eq!(&pong, b"pong");
+    }
+    hosts.remove_pod_address(1, pod).unwrap();
+    let start = Instant::now();
+    let gone = TcpStream::connect_timeout(&(pod, 7000).into(), Duration::from_secs(2))
+        .expect_err("a removed Pod address still answered");
+    assert_eq!(gone.kind(), std::io::ErrorKind::HostUnreachable, "{gone}");
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        start.elapsed()
+    );
+    drop(hosts);
+    let routes = String::from_utf8(
+        Command::new("ip")
+            .args(["route", "show", "type", "unreachable"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(
+        !routes.contains(&range),
+        "the claim outlived the hosts: {routes}"
+    );
 }
 
 fn dropping_the_hosts_removes_every_namespace_bridge_veth_and_process() {

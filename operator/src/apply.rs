@@ -100,7 +100,7 @@ pub async fn apply(
         }
     };
     for joiner in joiners {
-        let pod = pod_builder::build(group, joiner, plan.epoch, world);
+        let pod = pod_builder::build(group, joiner, plan.epoch, world, ctx.local_api_volume);
         let written = pods
             .patch(&joiner.name, &params, &Patch::Apply(&pod))
             .await

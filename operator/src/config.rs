@@ -14,6 +14,7 @@ use clap::Parser;
 use k8s_openapi::jiff::SignedDuration;
 
 use crate::links::LinkPolicy;
+use crate::pod_builder::LocalApiVolume;
 use crate::telemetry::LogFormat;
 
 /// Operator settings.
@@ -33,6 +34,8 @@ pub struct Config {
     pub links: LinkPolicy,
     /// How log lines are written.
     pub log_format: LogFormat,
+    /// How member Pods get their local-API directory.
+    pub local_api_volume: LocalApiVolume,
 }
 
 /// The `hcomm-operator` command line.
@@ -76,6 +79,11 @@ pub struct Args {
     /// Log line format: text for people, json for log pipelines (span fields included).
     #[arg(long, value_enum, env = "HCOMM_LOG_FORMAT", default_value_t)]
     pub log_format: LogFormat,
+    /// How member Pods get their agent's local-API socket: `csi` (the agent's CSI driver
+    /// `local-api.hcomm.io`; member Pods pass Pod Security baseline) or `host-path` (for
+    /// clusters without it; baseline refuses such Pods).
+    #[arg(long, value_enum, env = "HCOMM_LOCAL_API_VOLUME", default_value_t)]
+    pub local_api_volume: LocalApiVolume,
 }
 
 impl Config {
@@ -101,6 +109,7 @@ impl Config {
                 slow_after: SignedDuration::from_millis(args.link_slow_millis),
             },
             log_format: args.log_format,
+            local_api_volume: args.local_api_volume,
         }
     }
 }

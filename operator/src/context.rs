@@ -29,6 +29,8 @@ pub struct Context {
     pub secrets_namespace: String,
     /// When a link test is too old to count, and when a link is slow.
     pub links: LinkPolicy,
+    /// How member Pods get their local-API directory (`--local-api-volume`).
+    pub local_api_volume: crate::pod_builder::LocalApiVolume,
     /// Held from reading the cluster to assuming the plan's joiners on their nodes.
     /// Placement counts the devices every group's Pods hold, so two groups reconciled at
     /// once could otherwise both give a new member the same free device; with it, the
@@ -67,6 +69,7 @@ impl Context {
             namespace,
             secrets_namespace: "default".to_owned(),
             links: LinkPolicy::default(),
+            local_api_volume: Default::default(),
             placement: std::sync::Arc::new(tokio::sync::Mutex::new(())),
             caches: crate::cache::SharedCaches::default(),
             expected: Arc::default(),

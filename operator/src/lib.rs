@@ -125,6 +125,7 @@ async fn lead(
     readiness.set(Role::Leader { synced: false });
     let mut ctx = Context::new(client, metrics, config.namespace.clone(), &config.identity);
     ctx.links = config.links;
+    ctx.local_api_volume = config.local_api_volume;
     // The release namespace: the Lease's, as the chart sets it.
     ctx.secrets_namespace = config.lease_namespace.clone();
     match group_secret::sweep(

@@ -22,7 +22,7 @@ use hcomm_crds::contract::{
 use hcomm_crds::group::Bootstrap;
 use hcomm_crds::{Backend, HcommGroup, HcommGroupSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, EnvVar, EnvVarSource, HostPathVolumeSource,
+    CSIVolumeSource, ConfigMapVolumeSource, Container, EnvVar, EnvVarSource, HostPathVolumeSource,
     ObjectFieldSelector, Pod, PodReadinessGate, PodSpec, ResourceRequirements, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -34,9 +34,10 @@ use crate::rank_table::{MOUNT_DIR, RANK_TABLE_FILE, config_map_name};
 
 /// Name of the rank-table volume added to member Pods.
 pub const VOLUME_NAME: &str = "hcomm-rank-table";
-/// Name of the local-API volume added to member Pods (the node's Pod-sockets directory,
-/// of which each container mounts only its Pod's subdirectory).
-pub const AGENT_API_VOLUME: &str = "hcomm-agent-api";
+/// Name of the local-API volume added to member Pods (the agent's CSI volume for the Pod,
+/// or the node's Pod-sockets directory of which each container mounts only its Pod's
+/// subdirectory).
+pub const AGENT_API_VOLUME: &str = hcomm_crds::local_api::VOLUME;
 
 /// Seconds of a member's termination grace beyond its drain timeout: leaving the epoch.
 pub const LEAVE_GRACE_SECONDS: i64 = 15;
@@ -58,8 +59,28 @@ pub fn selector_string(group: &str) -> String {
     format!("{LABEL_GROUP}={group}")
 }
 
-/// Builds the Pod of joiner `member` at `epoch` in a domain of `world_size` ranks.
-pub fn build(group: &HcommGroup, member: &PlannedMember, epoch: i64, world_size: i32) -> Pod {
+/// How a member Pod gets its local-API directory (`--local-api-volume`; see
+/// `hcomm_crds::local_api`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LocalApiVolume {
+    /// A CSI ephemeral inline volume of the agent's driver: the kubelet asks the agent for
+    /// the Pod's own directory. No hostPath, so the Pod passes Pod Security `baseline`.
+    #[default]
+    Csi,
+    /// The node's Pod-sockets directory as a hostPath, narrowed to the Pod by `subPathExpr`:
+    /// for clusters where the agent's CSI driver cannot be registered. Refused by `baseline`.
+    HostPath,
+}
+
+/// Builds the Pod of joiner `member` at `epoch` in a domain of `world_size` ranks, with its
+/// local-API directory given as `api`.
+pub fn build(
+    group: &HcommGroup,
+    member: &PlannedMember,
+    epoch: i64,
+    world_size: i32,
+    api: LocalApiVolume,
+) -> Pod {
     let name = group.metadata.name.clone().unwrap_or_default();
     let spec_ = &group.spec;
     let dpm = spec_.devices_per_member;
@@ -127,7 +148,7 @@ pub fn build(group: &HcommGroup, member: &PlannedMember, epoch: i64, world_size:
         }),
         ..Volume::default()
     });
-    add_agent_api(&mut pod_spec);
+    add_agent_api(&mut pod_spec, api);
     let gates = pod_spec.readiness_gates.get_or_insert_with(Vec::new);
     if !gates.iter().any(|g| g.condition_type == READINESS_GATE) {
         gates.push(PodReadinessGate {
@@ -153,33 +174,47 @@ pub fn build(group: &HcommGroup, member: &PlannedMember, epoch: i64, world_size:
     }
 }
 
-/// The Pod's own local-API directory in every container: the host's Pod-sockets directory
-/// narrowed to `$(HCOMM_POD_UID)` by `subPathExpr`, read-only (connecting to a socket
-/// needs no write access to its mount). A template's own mount at the same path is
-/// replaced: two mounts cannot share a path, and that one would give a worker the node's
-/// whole directory.
-fn add_agent_api(pod_spec: &mut PodSpec) {
-    use hcomm_crds::local_api::{MOUNT_DIR, POD_SOCKETS_DIR};
+/// The Pod's own local-API directory in every container, read-only (connecting to a socket
+/// needs no write access to its mount): the agent's CSI volume, or the host's Pod-sockets
+/// directory narrowed to `$(HCOMM_POD_UID)` by `subPathExpr`. A template's own mount at the
+/// same path is replaced: two mounts cannot share a path, and that one could give a worker
+/// the node's whole directory.
+fn add_agent_api(pod_spec: &mut PodSpec, api: LocalApiVolume) {
+    use hcomm_crds::local_api::{CSI_DRIVER, MOUNT_DIR, POD_SOCKETS_DIR};
     for container in &mut pod_spec.containers {
         let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
         mounts.retain(|m| m.mount_path.trim_end_matches('/') != MOUNT_DIR);
         mounts.push(VolumeMount {
             name: AGENT_API_VOLUME.into(),
             mount_path: MOUNT_DIR.into(),
-            sub_path_expr: Some(format!("$({})", env::POD_UID)),
+            sub_path_expr: (api == LocalApiVolume::HostPath)
+                .then(|| format!("$({})", env::POD_UID)),
             read_only: Some(true),
             ..VolumeMount::default()
         });
     }
     let volumes = pod_spec.volumes.get_or_insert_with(Vec::new);
     volumes.retain(|v| v.name != AGENT_API_VOLUME);
-    volumes.push(Volume {
+    let volume = Volume {
         name: AGENT_API_VOLUME.into(),
-        host_path: Some(HostPathVolumeSource {
-            path: POD_SOCKETS_DIR.into(),
-            type_: Some("DirectoryOrCreate".into()),
-        }),
         ..Volume::default()
+    };
+    volumes.push(match api {
+        LocalApiVolume::Csi => Volume {
+            csi: Some(CSIVolumeSource {
+                driver: CSI_DRIVER.into(),
+                read_only: Some(true),
+                ..CSIVolumeSource::default()
+            }),
+            ..volume
+        },
+        LocalApiVolume::HostPath => Volume {
+            host_path: Some(HostPathVolumeSource {
+                path: POD_SOCKETS_DIR.into(),
+                type_: Some("DirectoryOrCreate".into()),
+            }),
+            ..volume
+        },
     });
 }
 
@@ -495,40 +530,62 @@ pub(crate) mod tests {
         );
     }
 
+    /// A member Pod as the operator builds it by default (CSI local-API volume).
+    fn build(g: &HcommGroup, m: &PlannedMember, epoch: i64, world: i32) -> Pod {
+        super::build(g, m, epoch, world, LocalApiVolume::Csi)
+    }
+
     #[test]
     fn each_container_mounts_only_its_pods_local_api_directory_read_only() {
-        use hcomm_crds::local_api::{MOUNT_DIR, MOUNT_SOCKET, POD_SOCKETS_DIR};
-        let mut json = decode();
-        // A template written for the old shared socket: its mount is replaced.
-        json["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] =
-            serde_json::json!([{"name": "old", "mountPath": format!("{MOUNT_DIR}/")}]);
-        json["spec"]["template"]["spec"]["containers"][0]["env"] = serde_json::json!([
+        use hcomm_crds::local_api::{CSI_DRIVER, MOUNT_DIR, MOUNT_SOCKET, POD_SOCKETS_DIR};
+        for api in [LocalApiVolume::Csi, LocalApiVolume::HostPath] {
+            let mut json = decode();
+            // A template written for the old shared socket: its mount is replaced.
+            json["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] =
+                serde_json::json!([{"name": "old", "mountPath": format!("{MOUNT_DIR}/")}]);
+            json["spec"]["template"]["spec"]["containers"][0]["env"] = serde_json::json!([
             {"name": env::AGENT_SOCKET, "value": "/elsewhere.sock"}]);
-        let pod = build(&group(json), &member(0, "n1"), 1, 2);
-        let env = env_of(&pod);
-        assert_eq!(env[env::AGENT_SOCKET], MOUNT_SOCKET);
-        let c = &pod.spec.as_ref().unwrap().containers[0];
-        let uid = c
-            .env
-            .iter()
-            .flatten()
-            .find(|e| e.name == env::POD_UID)
-            .unwrap();
-        let field = uid.value_from.as_ref().unwrap().field_ref.as_ref().unwrap();
-        assert_eq!(field.field_path, "metadata.uid");
-        let at_dir: Vec<&VolumeMount> = c
-            .volume_mounts
-            .iter()
-            .flatten()
-            .filter(|m| m.mount_path.trim_end_matches('/') == MOUNT_DIR)
-            .collect();
-        assert_eq!(at_dir.len(), 1, "{at_dir:?}");
-        let m = at_dir[0];
-        assert_eq!(m.name, AGENT_API_VOLUME);
-        assert_eq!(m.read_only, Some(true));
-        assert_eq!(m.sub_path_expr, Some(format!("$({})", env::POD_UID)));
-        let volumes = pod.spec.as_ref().unwrap().volumes.clone().unwrap();
-        let v = volumes.iter().find(|v| v.name == AGENT_API_VOLUME).unwrap();
-        assert_eq!(v.host_path.as_ref().unwrap().path, POD_SOCKETS_DIR);
+            let pod = super::build(&group(json), &member(0, "n1"), 1, 2, api);
+            let env = env_of(&pod);
+            assert_eq!(env[env::AGENT_SOCKET], MOUNT_SOCKET);
+            let c = &pod.spec.as_ref().unwrap().containers[0];
+            let uid = c
+                .env
+                .iter()
+                .flatten()
+                .find(|e| e.name == env::POD_UID)
+                .unwrap();
+            let field = uid.value_from.as_ref().unwrap().field_ref.as_ref().unwrap();
+            assert_eq!(field.field_path, "metadata.uid");
+            let at_dir: Vec<&VolumeMount> = c
+                .volume_mounts
+                .iter()
+                .flatten()
+                .filter(|m| m.mount_path.trim_end_matches('/') == MOUNT_DIR)
+                .collect();
+            assert_eq!(at_dir.len(), 1, "{at_dir:?}");
+            let m = at_dir[0];
+            assert_eq!(m.name, AGENT_API_VOLUME);
+            assert_eq!(m.read_only, Some(true));
+            let volumes = pod.spec.as_ref().unwrap().volumes.clone().unwrap();
+            let v = volumes.iter().find(|v| v.name == AGENT_API_VOLUME).unwrap();
+            match api {
+                LocalApiVolume::Csi => {
+                    // The volume itself is the Pod's own directory: nothing to narrow.
+                    assert_eq!(m.sub_path_expr, None);
+                    let csi = v.csi.as_ref().unwrap();
+                    assert_eq!(
+                        (csi.driver.as_str(), csi.read_only),
+                        (CSI_DRIVER, Some(true))
+                    );
+                    assert!(v.host_path.is_none());
+                }
+                LocalApiVolume::HostPath => {
+                    assert_eq!(m.sub_path_expr, Some(format!("$({})", env::POD_UID)));
+                    assert_eq!(v.host_path.as_ref().unwrap().path, POD_SOCKETS_DIR);
+                    assert!(v.csi.is_none());
+                }
+            }
+        }
     }
 }

@@ -231,6 +231,24 @@ pub fn build(input: StatusInput<'_>) -> HcommGroupStatus {
             generation,
             &now,
         );
+    } else if let Some(until) = input.plan.delayed_until {
+        // Not "Stable": members are missing, held back by the failure backoff.
+        let message = format!(
+            "epoch {}: {} of {} members; members keep failing, so new members wait until {until} \
+             (see the failed members' messages and the group's Events)",
+            input.plan.epoch,
+            input.plan.members.len(),
+            group.spec.replicas + group.spec.scaling.standby,
+        );
+        set(
+            &mut conditions,
+            CONDITION_PROGRESSING,
+            true,
+            GroupReason::FailureBackoff.as_str(),
+            message,
+            generation,
+            &now,
+        );
     } else {
         let message = format!("epoch {}: membership matches the spec", input.plan.epoch);
         set(

@@ -6,17 +6,14 @@
 //! nothing and never talks to a socket that is gone. Every failure is a named
 //! [`PodResourcesError`] so the caller can tell "not mounted" from "kubelet busy".
 
+use crate::grpc::{self, Failure};
 use crate::proto::{
     AllocatableResourcesRequest, AllocatableResourcesResponse, GetPodResourcesRequest,
     GetPodResourcesResponse, ListPodResourcesRequest, ListPodResourcesResponse, PodResources, path,
 };
-use http::uri::PathAndQuery;
-use hyper_util::rt::TokioIo;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tonic::Code;
-use tonic::transport::{Endpoint, Uri};
-use tonic_prost::ProstCodec;
 
 /// Why a PodResources call gave no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -130,89 +127,29 @@ impl PodResourcesClient {
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        let deadline = self.deadline;
-        tokio::time::timeout(deadline, self.call_unbounded(call, method, req))
+        grpc::unary(&self.socket, self.deadline, method, req)
             .await
-            .map_err(|_| PodResourcesError::Deadline {
-                call,
-                after: deadline,
-            })?
-    }
-
-    async fn call_unbounded<Req, Resp>(
-        &self,
-        call: &'static str,
-        method: &'static str,
-        req: Req,
-    ) -> Result<Resp, PodResourcesError>
-    where
-        Req: prost::Message + Send + Sync + 'static,
-        Resp: prost::Message + Default + Send + Sync + 'static,
-    {
-        let unavailable = |detail: String| PodResourcesError::Unavailable {
-            path: self.socket.clone(),
-            detail,
-        };
-        match tokio::fs::try_exists(&self.socket).await {
-            Ok(true) => {}
-            Ok(false) => return Err(PodResourcesError::SocketMissing(self.socket.clone())),
-            Err(e) => return Err(unavailable(e.to_string())),
-        }
-        let socket = self.socket.clone();
-        let connector = tower::service_fn(move |_: Uri| {
-            let socket = socket.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(socket).await?;
-                Ok::<_, std::io::Error>(TokioIo::new(stream))
-            }
-        });
-        // The authority is unused on a Unix socket; the kubelet ignores it too.
-        let channel = Endpoint::from_static("http://kubelet")
-            .connect_with_connector(connector)
-            .await
-            .map_err(|e| unavailable(error_chain(&e)))?;
-        let mut grpc = tonic::client::Grpc::new(channel);
-        grpc.ready()
-            .await
-            .map_err(|e| unavailable(error_chain(&e)))?;
-        let codec: ProstCodec<Req, Resp> = ProstCodec::default();
-        let answer = grpc
-            .unary(
-                tonic::Request::new(req),
-                PathAndQuery::from_static(method),
-                codec,
-            )
-            .await;
-        match answer {
-            Ok(r) => Ok(r.into_inner()),
-            Err(status) => Err(match status.code() {
-                Code::Unimplemented => PodResourcesError::Unimplemented {
-                    call,
-                    message: status.message().to_string(),
+            .map_err(|failure| match failure {
+                Failure::SocketMissing => PodResourcesError::SocketMissing(self.socket.clone()),
+                Failure::Unavailable(detail) => PodResourcesError::Unavailable {
+                    path: self.socket.clone(),
+                    detail,
                 },
-                Code::Unavailable => unavailable(status.message().to_string()),
-                Code::DeadlineExceeded => PodResourcesError::Deadline {
+                Failure::Deadline => PodResourcesError::Deadline {
                     call,
                     after: self.deadline,
                 },
-                code => PodResourcesError::Rpc {
+                Failure::Status(status) if status.code() == Code::Unimplemented => {
+                    PodResourcesError::Unimplemented {
+                        call,
+                        message: status.message().to_string(),
+                    }
+                }
+                Failure::Status(status) => PodResourcesError::Rpc {
                     call,
-                    code: code.description().to_string(),
+                    code: status.code().description().to_string(),
                     message: status.message().to_string(),
                 },
-            }),
-        }
+            })
     }
-}
-
-/// An error and its sources on one line (tonic's transport errors say little at the top).
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }

@@ -7,44 +7,19 @@
 //! injected: a slow answer ([`SharedPodResources::set_delay`]) and a kubelet whose `Get`
 //! is off ([`SharedPodResources::set_get_enabled`]).
 
+use crate::listen::{self, Answer, Route, Serving};
 use crate::proto::{
     AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
     GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
     ListPodResourcesResponse, PodResources, path,
 };
-use std::convert::Infallible;
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use tonic::Status;
 use tonic::body::Body;
-use tonic::{Request, Response, Status};
-use tonic_prost::ProstCodec;
 
-/// Why the stand-in could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    /// The socket's directory or a stale socket could not be prepared.
-    #[error("cannot prepare the PodResources socket {path}: {source}")]
-    Prepare {
-        /// The socket.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// Binding the socket failed.
-    #[error("cannot listen on the PodResources socket {path}: {source}")]
-    Bind {
-        /// The socket.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-}
+pub use crate::listen::ServeError;
 
 #[derive(Debug, Default)]
 struct State {
@@ -116,8 +91,7 @@ impl SharedPodResources {
 #[derive(Debug)]
 pub struct PodResourcesServer {
     socket: PathBuf,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+    serving: Serving,
 }
 
 impl PodResourcesServer {
@@ -127,155 +101,86 @@ impl PodResourcesServer {
     }
 
     /// Stops accepting, waits (at most `grace`) for open calls, removes the socket.
-    pub async fn shutdown(mut self, grace: Duration) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if tokio::time::timeout(grace, &mut self.task).await.is_err() {
-            self.task.abort();
-        }
-        let _ = std::fs::remove_file(&self.socket);
+    pub async fn shutdown(self, grace: Duration) {
+        self.serving.shutdown(grace).await;
     }
 }
 
-impl Drop for PodResourcesServer {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-            self.task.abort();
-            let _ = std::fs::remove_file(&self.socket);
-        }
-    }
-}
-
-/// Serves `state` on a Unix socket at `socket`, replacing a stale socket file as the
-/// kubelet does when it restarts.
+/// Serves `state` on a Unix socket at `socket` (mode 0600: only its owner may call),
+/// replacing a stale socket file as the kubelet does when it restarts.
 pub async fn serve(
     socket: &Path,
     state: SharedPodResources,
 ) -> Result<PodResourcesServer, ServeError> {
-    let prepare = |source| ServeError::Prepare {
-        path: socket.to_path_buf(),
-        source,
+    let bound = listen::bind(socket)?;
+    let mut serving = Serving::default();
+    let lister = Route {
+        shared: Arc::new(state),
+        answer: lister,
     };
-    if let Some(dir) = socket.parent() {
-        tokio::fs::create_dir_all(dir).await.map_err(prepare)?;
-    }
-    match tokio::fs::remove_file(socket).await {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(prepare(e)),
-    }
-    let listener = tokio::net::UnixListener::bind(socket).map_err(|source| ServeError::Bind {
-        path: socket.to_path_buf(),
-        source,
-    })?;
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let lister = Lister { state };
-    let task = tokio::spawn(async move {
-        let result = tonic::transport::Server::builder()
-            .serve_with_incoming_shutdown(lister, incoming, async {
-                let _ = stopped.await;
-            })
-            .await;
-        if let Err(e) = result {
-            eprintln!("PodResources stand-in stopped: {e}");
-        }
-    });
+    serving.serve("PodResources stand-in", bound, lister);
     Ok(PodResourcesServer {
         socket: socket.to_path_buf(),
-        stop: Some(stop),
-        task,
+        serving,
     })
 }
 
-/// The `PodResourcesLister` service: routes by method path to one unary handler each.
-#[derive(Debug, Clone)]
-struct Lister {
-    state: SharedPodResources,
-}
-
-type Answer = Pin<Box<dyn Future<Output = Result<http::Response<Body>, Infallible>> + Send>>;
-
-impl tower::Service<http::Request<Body>> for Lister {
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = Answer;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<Body>) -> Answer {
-        let state = self.state.clone();
-        Box::pin(async move {
-            let delay = state.delay();
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-            Ok(answer(state, req).await)
-        })
-    }
+/// The `PodResourcesLister` service, after the stand-in's injected delay: routes by
+/// method path to one unary handler each.
+fn lister(state: Arc<SharedPodResources>, req: http::Request<Body>) -> Answer {
+    let state = SharedPodResources::clone(&state);
+    Box::pin(async move {
+        let delay = state.delay();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        Ok(answer(state, req).await)
+    })
 }
 
 async fn answer(state: SharedPodResources, req: http::Request<Body>) -> http::Response<Body> {
     match req.uri().path() {
         path::LIST => {
-            let handler = tower::service_fn(move |_: Request<ListPodResourcesRequest>| {
-                let pod_resources = state.pods();
-                async move { Ok::<_, Status>(Response::new(ListPodResourcesResponse { pod_resources })) }
-            });
-            let codec: ProstCodec<ListPodResourcesResponse, ListPodResourcesRequest> =
-                ProstCodec::default();
-            tonic::server::Grpc::new(codec).unary(handler, req).await
+            listen::unary(req, move |_: ListPodResourcesRequest| {
+                Ok(ListPodResourcesResponse {
+                    pod_resources: state.pods(),
+                })
+            })
+            .await
         }
         path::GET => {
-            let handler = tower::service_fn(move |r: Request<GetPodResourcesRequest>| {
-                let r = r.into_inner();
+            listen::unary(req, move |r: GetPodResourcesRequest| {
                 let s = state.lock();
-                let answer = if s.get_disabled {
-                    Err(Status::unimplemented(
+                if s.get_disabled {
+                    return Err(Status::unimplemented(
                         "PodResources API Get method disabled",
-                    ))
-                } else {
-                    s.pods
-                        .iter()
-                        .find(|p| p.namespace == r.pod_namespace && p.name == r.pod_name)
-                        .cloned()
-                        .map(|p| {
-                            Response::new(GetPodResourcesResponse {
-                                pod_resources: Some(p),
-                            })
-                        })
-                        .ok_or_else(|| {
-                            Status::not_found(format!(
-                                "pod {} in namespace {} not found",
-                                r.pod_name, r.pod_namespace
-                            ))
-                        })
-                };
-                drop(s);
-                async move { answer }
-            });
-            let codec: ProstCodec<GetPodResourcesResponse, GetPodResourcesRequest> =
-                ProstCodec::default();
-            tonic::server::Grpc::new(codec).unary(handler, req).await
+                    ));
+                }
+                s.pods
+                    .iter()
+                    .find(|p| p.namespace == r.pod_namespace && p.name == r.pod_name)
+                    .cloned()
+                    .map(|p| GetPodResourcesResponse {
+                        pod_resources: Some(p),
+                    })
+                    .ok_or_else(|| {
+                        Status::not_found(format!(
+                            "pod {} in namespace {} not found",
+                            r.pod_name, r.pod_namespace
+                        ))
+                    })
+            })
+            .await
         }
         path::GET_ALLOCATABLE => {
-            let handler = tower::service_fn(move |_: Request<AllocatableResourcesRequest>| {
-                let devices = state.lock().allocatable.clone();
-                async move {
-                    Ok::<_, Status>(Response::new(AllocatableResourcesResponse {
-                        devices,
-                        ..Default::default()
-                    }))
-                }
-            });
-            let codec: ProstCodec<AllocatableResourcesResponse, AllocatableResourcesRequest> =
-                ProstCodec::default();
-            tonic::server::Grpc::new(codec).unary(handler, req).await
+            listen::unary(req, move |_: AllocatableResourcesRequest| {
+                Ok(AllocatableResourcesResponse {
+                    devices: state.lock().allocatable.clone(),
+                    ..Default::default()
+                })
+            })
+            .await
         }
-        other => Status::unimplemented(format!("unknown method {other}")).into_http(),
+        _ => listen::unimplemented(&req),
     }
 }

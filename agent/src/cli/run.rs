@@ -74,6 +74,20 @@ pub struct RunArgs {
     /// (the operator mounts that directory into the Pod).
     #[arg(long, value_name = "D", default_value_os_t = defaults().pod_sockets_dir)]
     pub pod_sockets_dir: PathBuf,
+    /// Serve the local API's CSI driver (`local-api.hcomm.io`), through which the kubelet
+    /// gives each member Pod its socket without a hostPath; `false` for clusters whose
+    /// operator mounts the hostPath directory instead (`--local-api-volume host-path`).
+    #[arg(long, action = ArgAction::Set, value_name = "BOOL", default_value_t = true)]
+    pub local_api_csi: bool,
+    /// The CSI driver's endpoint, where the kubelet calls it.
+    #[arg(long, value_name = "PATH", default_value_os_t = crate::config::CsiDriverConfig::default().socket)]
+    pub csi_socket: PathBuf,
+    /// The kubelet's plugin-registration directory (its plugin watcher finds the driver there).
+    #[arg(long, value_name = "D", default_value_os_t = crate::config::CsiDriverConfig::default().registration_dir)]
+    pub kubelet_registration_dir: PathBuf,
+    /// The kubelet's root directory: CSI publish targets must lie below its `pods/`.
+    #[arg(long, value_name = "D", default_value_os_t = defaults().kubelet_root_dir)]
+    pub kubelet_root_dir: PathBuf,
     /// How local-API callers are identified: `strict` (each caller's cgroup must name the
     /// socket's Pod, or no Pod on the node socket; needs hostPID) or `unchecked` (file
     /// modes and --allowed-uid only, for an agent that cannot see the workers' pids).
@@ -181,6 +195,13 @@ impl RunArgs {
         c.sources.cpu_devices = self.cpu_devices;
         c.socket_path = self.socket;
         c.pod_sockets_dir = self.pod_sockets_dir;
+        c.local_api_csi = self
+            .local_api_csi
+            .then_some(crate::config::CsiDriverConfig {
+                socket: self.csi_socket,
+                registration_dir: self.kubelet_registration_dir,
+            });
+        c.kubelet_root_dir = self.kubelet_root_dir;
         c.local_api_callers = self.local_api_callers;
         c.allow_loopback_peers = self.allow_loopback_peers;
         c.allowed_uids = self.allowed_uid;

@@ -10,6 +10,7 @@ use tokio::net::UnixStream;
 
 use super::*;
 use crate::local_api::caller::CallerCheck;
+use crate::local_api::csi_target::{self, CsiTarget};
 use crate::local_api::server::{MAX_POD_CONNECTIONS, REQUEST_DEADLINE};
 use hcomm_crds::local_api::{Assignment, Notice};
 
@@ -36,7 +37,12 @@ impl Bed {
             request_deadline: deadline,
             ..Access::default()
         };
-        let sockets = PodSockets::new(root.join("pods"), hub.clone(), access);
+        let sockets = PodSockets::new(
+            root.join("pods"),
+            hub.clone(),
+            access,
+            &root.join("kubelet"),
+        );
         Bed {
             root,
             proc_root,
@@ -288,4 +294,184 @@ fn a_uid_that_is_not_a_kubernetes_uid_gets_no_socket() {
     });
     assert!(e.unwrap_err().to_string().contains("not a Kubernetes UID"));
     assert!(!bed.root.join("etc").exists());
+}
+
+/// The kubelet's publish of Pod `uid`'s local-API volume below `bed`'s kubelet root: its
+/// target's parent made, as the kubelet makes it.
+fn publish(bed: &Bed, name: &str, uid: &str) -> CsiTarget {
+    let path = bed
+        .root
+        .join("kubelet/pods")
+        .join(uid)
+        .join("volumes/kubernetes.io~csi/hcomm-agent-api/mount");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let target = csi_target::parse(&bed.root.join("kubelet"), path.to_str().unwrap()).unwrap();
+    let id = PodIdentity {
+        namespace: "ns".into(),
+        name: name.into(),
+        uid: uid.into(),
+    };
+    bed.sockets.publish(&target, &id).unwrap();
+    target
+}
+
+/// The socket in `dir` by a path short enough to connect to (a kubelet target is longer
+/// than a socket address may be; a container sees it at `/run/hcomm`): the directory's
+/// descriptor, which the returned file keeps open.
+fn short_socket(dir: &Path) -> (std::fs::File, PathBuf) {
+    use std::os::fd::AsRawFd;
+    let d = std::fs::File::open(dir).unwrap();
+    let path = PathBuf::from(format!("/proc/self/fd/{}/agent.sock", d.as_raw_fd()));
+    (d, path)
+}
+
+#[tokio::test]
+async fn a_published_volume_holds_its_pods_socket_whichever_comes_first() {
+    let bed = Bed::new("csi", REQUEST_DEADLINE);
+    // Published before the member is adopted: the socket opens in the volume.
+    let a = publish(&bed, "a", A);
+    bed.open("a", A);
+    assert_eq!(bed.sockets.socket_of(A), a.path.join("agent.sock"));
+    let mode = std::fs::metadata(&a.path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o755);
+    let (_a_dir, a_sock) = short_socket(&a.path);
+    bed.act_as(Some(A));
+    let r = ask(&a_sock, r#"{"op":"assignment","pod":"a"}"#).await;
+    assert_eq!(r["assignment"]["rank"], 0, "{r}");
+    // Adopted first (its hostPath directory), published after: the socket moves.
+    bed.open("b", B);
+    let host_path = bed.root.join("pods").join(B).join("agent.sock");
+    assert!(host_path.exists());
+    let b = publish(&bed, "b", B);
+    assert!(!host_path.exists(), "the old socket stays behind");
+    let (_b_dir, b_sock) = short_socket(&b.path);
+    bed.act_as(Some(B));
+    let r = ask(&b_sock, r#"{"op":"assignment","pod":"b"}"#).await;
+    assert_eq!(r["assignment"]["rank"], 1, "{r}");
+    // Publishing again changes nothing (the kubelet may retry).
+    publish(&bed, "b", B);
+    let r = ask(&b_sock, r#"{"op":"serving","pod":"b"}"#).await;
+    assert_eq!(r["ok"], true, "{r}");
+    // The caller check holds in the volume as anywhere.
+    bed.act_as(Some(A));
+    let r = ask(&b_sock, r#"{"op":"serving","pod":"b"}"#).await;
+    assert!(
+        r["error"].as_str().unwrap().contains("CallerIsAnotherPod"),
+        "{r}"
+    );
+}
+
+#[tokio::test]
+async fn unpublishing_stops_the_socket_and_removes_only_what_the_agent_made() {
+    let bed = Bed::new("unpub", REQUEST_DEADLINE);
+    let a = publish(&bed, "a", A);
+    let ticket = bed.open("a", A);
+    bed.sockets.unpublish(&a).unwrap();
+    assert!(!a.path.exists(), "the target directory stays");
+    assert!(
+        a.path.parent().unwrap().exists(),
+        "the kubelet's own directory went"
+    );
+    // Twice is no error; the member's own close afterwards neither.
+    bed.sockets.unpublish(&a).unwrap();
+    bed.sockets.close(&ticket, true);
+    // Something else in the directory: not deleted, and said so.
+    let a = publish(&bed, "a", A);
+    std::fs::write(a.path.join("not-ours"), b"x").unwrap();
+    let e = bed.sockets.unpublish(&a).unwrap_err();
+    assert!(e.to_string().contains("remove"), "{e}");
+    assert!(a.path.join("not-ours").exists());
+}
+
+#[tokio::test]
+async fn a_restarted_agent_serves_each_pod_in_its_published_volume_again() {
+    let bed = Bed::new("restart", REQUEST_DEADLINE);
+    let a = publish(&bed, "a", A);
+    // A stopping agent aborts its member tasks (`member::driver`): their sockets close as
+    // the Pods live on, and the directories stay (a hostPath one too: its container's
+    // mount holds it).
+    let ticket = bed.open("a", A);
+    let b_ticket = bed.open("b", B);
+    let b_dir = bed.root.join("pods").join(B);
+    bed.sockets.close(&ticket, false);
+    bed.sockets.close(&b_ticket, false);
+    assert!(
+        b_dir.is_dir(),
+        "a live Pod's hostPath directory went with the agent"
+    );
+    assert!(a.path.is_dir());
+    // A record of a volume unpublished while no agent ran is dropped.
+    const C: &str = "22222222-3333-4444-8555-666666666666";
+    let gone = bed
+        .root
+        .join("kubelet/pods")
+        .join(C)
+        .join("volumes/kubernetes.io~csi/hcomm-agent-api/mount");
+    std::fs::write(
+        bed.root.join("pods").join(format!("{C}.csi-target")),
+        format!("{}\n", gone.display()),
+    )
+    .unwrap();
+    // A record that points anywhere but a kubelet target is not followed.
+    std::fs::write(
+        bed.root.join("pods").join(format!("{B}.csi-target")),
+        "/etc\n",
+    )
+    .unwrap();
+    let again = PodSockets::new(
+        bed.root.join("pods"),
+        bed.hub.clone(),
+        Access::default(),
+        &bed.root.join("kubelet"),
+    );
+    assert_eq!(again.socket_of(A), a.path.join("agent.sock"));
+    assert_eq!(
+        again.socket_of(B),
+        bed.root.join("pods").join(B).join("agent.sock")
+    );
+    assert_eq!(
+        again.socket_of(C),
+        bed.root.join("pods").join(C).join("agent.sock")
+    );
+    assert!(
+        !bed.root
+            .join("pods")
+            .join(format!("{C}.csi-target"))
+            .exists()
+    );
+}
+
+#[tokio::test]
+async fn a_symlink_or_a_file_in_place_of_the_target_is_refused() {
+    let bed = Bed::new("link", REQUEST_DEADLINE);
+    let path = bed
+        .root
+        .join("kubelet/pods")
+        .join(A)
+        .join("volumes/kubernetes.io~csi/hcomm-agent-api/mount");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(bed.root.join("elsewhere")).unwrap();
+    std::os::unix::fs::symlink(bed.root.join("elsewhere"), &path).unwrap();
+    let target = csi_target::parse(&bed.root.join("kubelet"), path.to_str().unwrap()).unwrap();
+    let id = PodIdentity {
+        namespace: "ns".into(),
+        name: "a".into(),
+        uid: A.into(),
+    };
+    let e = bed.sockets.publish(&target, &id).unwrap_err();
+    assert!(e.to_string().contains("symlink"), "{e}");
+    assert!(
+        std::fs::read_dir(bed.root.join("elsewhere"))
+            .unwrap()
+            .next()
+            .is_none()
+    );
+    // A file named like the socket in a real target directory is not replaced either.
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    std::fs::write(path.join("agent.sock"), b"not a socket").unwrap();
+    let e = bed.sockets.publish(&target, &id);
+    assert!(e.is_ok(), "{e:?}");
+    let e = bed.sockets.open(id).unwrap_err();
+    assert!(e.to_string().contains("not a socket"), "{e}");
 }

@@ -3,6 +3,10 @@
 //! the Pod's latest [`MemberSpec`] (None once the Pod is deleted), and publishes which
 //! groups have a member here ([`Context::groups_here`], for weights cleanup). Malformed
 //! Pods are skipped, not fatal.
+//!
+//! When the agent stops, its member tasks are aborted, not told their Pods are gone: the
+//! Pods keep running (a new agent adopts them), so nothing a Pod's end undoes — its socket
+//! directory, its published-volume record, its place in the domain — may be undone then.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -13,6 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::runtime::watcher;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 use super::spec::{MemberSpec, from_pod};
 use super::task::run_member;
@@ -34,6 +39,8 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
         .timeout(WATCH_TIMEOUT_SECS);
     let mut stream = watcher(api, cfg).boxed();
     let mut members: HashMap<String, watch::Sender<Option<MemberSpec>>> = HashMap::new();
+    // Every member task, so a stopping agent can abort them; ended ones are reaped as they end.
+    let mut tasks: JoinSet<()> = JoinSet::new();
     let mut seen_in_init: HashSet<String> = HashSet::new();
     // Whether the node's Pods have been listed once: only then is an absent group absent.
     let mut listed = false;
@@ -41,6 +48,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
     loop {
         let ev = tokio::select! {
             _ = &mut shutdown => break,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
             ev = stream.next() => ev,
         };
         let Some(ev) = ev else { break };
@@ -64,7 +72,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
                         tracing::info!(pod = %key, group = %spec.group, "member found");
                         let (tx, rx) = watch::channel(Some(spec));
                         members.insert(key, tx);
-                        tokio::spawn(run_member(ctx.clone(), rx));
+                        tasks.spawn(run_member(ctx.clone(), rx));
                     }
                 }
             }
@@ -98,9 +106,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
             publish_groups(&ctx, &members);
         }
     }
-    for (_, tx) in members {
-        tx.send_replace(None);
-    }
+    tasks.shutdown().await;
 }
 
 /// Publishes the groups of the member Pods on this node (only when they changed).

@@ -39,6 +39,9 @@ string_enum! {
         InvalidSpec => "InvalidSpec",
         /// Not enough nodes or devices to place the desired members.
         InsufficientCapacity => "InsufficientCapacity",
+        /// Members keep failing; new members wait out a growing delay (the failed
+        /// members' messages and Events say why they failed).
+        FailureBackoff => "FailureBackoff",
         /// A member failed verification (NIC, link, devices, versions, shared memory).
         VerificationFailed => "VerificationFailed",
         /// A drain did not finish within `drainTimeoutSeconds`; the member was removed

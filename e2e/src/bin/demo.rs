@@ -26,14 +26,16 @@ use hcomm_e2e::testbed::{HostsMode, binaries};
                   and a real control plane, starts the agents and the operator, applies the \
                   prefill/decode example, puts load on both pools and scales decode 2 → 4 → 2, \
                   then prints one line a script can read: \
-                  backend=B served=N failed=N wrong_digest=N scale_out_s=S scale_in_s=S.\n\n\
+                  backend=B served=N failed=N wrong_digest=N scale_out_s=S scale_in_s=S \
+                  (with --autoscale also hpa_scaled_to=N hpa_scaled_back_to=N).\n\n\
                   Hosts: as root, network namespaces with their own NICs; without root, or with \
                   --loopback, loopback addresses. Logs stay in the folder printed at the start \
                   when HCOMM_E2E_KEEP_STATE=1.",
     after_help = "Modes:\n  \
                   (default)   as root: one network namespace per host, with data and management \
                   NICs and NPU ports\n  \
-                  --loopback  hosts on loopback addresses (what a run without root gets)\n\n\
+                  --loopback  hosts on loopback addresses (what a run without root gets)\n  \
+                  --autoscale decode moved by Prometheus → KEDA → HPA on a load step\n\n\
                   Environment:\n  \
                   HCOMM_E2E_KEEP_STATE=1  keep every process's log and each published rank \
                   table; prints state_dir=<path>\n  \
@@ -73,6 +75,16 @@ struct Cli {
     /// Also write the per-member timeline as an SVG chart to FILE.
     #[arg(long, value_name = "FILE")]
     timeline_svg: Option<std::path::PathBuf>,
+    /// Let an autoscaler scale decode instead of `kubectl scale`: Prometheus scrapes the
+    /// workers, KEDA (built from its pinned Go module) serves the example ScaledObject's
+    /// metric to its HPA, a load step makes the HPA raise decode 2 → 4, and back to 2
+    /// once it ends. Needs network-namespace hosts (root, no --loopback).
+    #[arg(long, conflicts_with = "loopback")]
+    autoscale: bool,
+    /// With --autoscale: where to write the chart of the chain (load, metric, HPA
+    /// desired, Ready members) [default: docs/benchmarks/demo-autoscale.svg].
+    #[arg(long, value_name = "FILE", requires = "autoscale")]
+    autoscale_plot: Option<std::path::PathBuf>,
     /// Log line format of the demo's own logs: text, or json (span fields included).
     #[arg(long, value_enum, env = "HCOMM_LOG_FORMAT", default_value_t)]
     log_format: LogFormat,
@@ -137,6 +149,13 @@ impl Cli {
                 BackendArg::Tcp => hcomm_crds::Backend::Tcp,
                 BackendArg::Hccl => hcomm_crds::Backend::Hccl,
             },
+            autoscale: self.autoscale,
+            autoscale_plot: self.autoscale.then(|| {
+                self.autoscale_plot.clone().unwrap_or_else(|| {
+                    hcomm_e2e::testbed::pools::workspace_root()
+                        .join("docs/benchmarks/demo-autoscale.svg")
+                })
+            }),
         }
     }
 }
@@ -207,6 +226,27 @@ mod tests {
     }
 
     #[test]
+    fn autoscale_writes_its_chart_beside_the_benchmarks_unless_told_otherwise() {
+        let o = parse("--autoscale").unwrap().options();
+        assert!(o.autoscale);
+        assert!(
+            o.autoscale_plot
+                .unwrap()
+                .ends_with("docs/benchmarks/demo-autoscale.svg")
+        );
+        let o = parse("--autoscale --autoscale-plot /tmp/x.svg")
+            .unwrap()
+            .options();
+        assert_eq!(
+            o.autoscale_plot.unwrap(),
+            std::path::Path::new("/tmp/x.svg")
+        );
+        assert!(parse("--autoscale --loopback").is_err());
+        assert!(parse("--autoscale-plot /tmp/x.svg").is_err());
+        assert!(parse("").unwrap().options().autoscale_plot.is_none());
+    }
+
+    #[test]
     fn too_few_hosts_and_unknown_flags_are_refused_by_name() {
         for (line, flag) in [("--hosts 3", "--hosts"), ("--bogus", "--bogus")] {
             let e = parse(line).unwrap_err().to_string();
@@ -222,6 +262,7 @@ mod tests {
             "--hosts",
             "--weights-mib",
             "--hold-secs",
+            "--autoscale",
             "network namespaces",
         ] {
             assert!(help.contains(part), "{part} missing:\n{help}");

@@ -59,7 +59,7 @@ enum Sub {
     Status,
     /// Stop every component (and check none is left).
     Down,
-    /// Build or find the binaries (etcd, kube-apiserver, ..., helm, promtool) and print their paths.
+    /// Build or find the binaries (etcd, kube-apiserver, ..., helm, promtool, Prometheus, KEDA) and print their paths.
     Build,
     /// Run the pinned kubectl against the devcluster, e.g. `cargo devcluster kubectl get
     /// hcg` (kubectl's own help: `cargo devcluster kubectl -- --help`).
@@ -257,6 +257,11 @@ async fn build(args: &Args) -> anyhow::Result<()> {
     // So is promtool, which the metrics tests run.
     let promtool = tokio::task::spawn_blocking(assets::promtool).await??;
     println!("  {:<24} {}", "promtool", promtool.display());
+    // And the Prometheus server and KEDA, which the autoscaling chain runs.
+    let prometheus = tokio::task::spawn_blocking(assets::prometheus).await??;
+    println!("  {:<24} {}", "prometheus", prometheus.display());
+    let keda = tokio::task::spawn_blocking(assets::keda).await??;
+    println!("  {:<24} {}", "keda", keda.display());
     Ok(())
 }
 

@@ -20,6 +20,10 @@ use super::error::{Error, Result};
 use super::process::log_tail;
 use super::progress::{PROGRESS_EVERY, report, wait_with_progress};
 
+mod keda_manifests;
+
+pub use keda_manifests::{KEDA_CRDS, KEDA_RBAC};
+
 /// Deadline of one module's `go build` (a cold Kubernetes build takes ~10 minutes on 2
 /// cores; a slow disk or a first module download several times that).
 const BUILD_DEADLINE: std::time::Duration = std::time::Duration::from_secs(90 * 60);
@@ -65,13 +69,31 @@ const HELM: GoModule = GoModule {
     binaries: &[("helm", "helm.sh/helm/v3/cmd/helm")],
 };
 
-/// promtool, Prometheus' own linter, for the tests that check `/metrics` expositions.
-/// Not part of the control plane, but brought the same way so a fresh machine needs no
-/// package installed by hand.
-const PROMTOOL: GoModule = GoModule {
-    name: "promtool",
+/// Prometheus: promtool, its linter, for the tests that check `/metrics` expositions, and
+/// the server the autoscaling chain scrapes the members with. Not part of the control
+/// plane, but brought the same way so a fresh machine needs no package installed by hand
+/// (Debian's `prometheus` package lacks Kubernetes service discovery).
+const PROMETHEUS: GoModule = GoModule {
+    name: "prometheus",
     pinned: "github.com/prometheus/prometheus",
-    binaries: &[("promtool", "github.com/prometheus/prometheus/cmd/promtool")],
+    binaries: &[
+        ("promtool", "github.com/prometheus/prometheus/cmd/promtool"),
+        (
+            "prometheus",
+            "github.com/prometheus/prometheus/cmd/prometheus",
+        ),
+    ],
+};
+
+/// KEDA's operator and its external metrics API server (`adapter`), for the autoscaling
+/// chain on the testbed; its build keeps KEDA's manifests beside them (`keda_manifests`).
+const KEDA: GoModule = GoModule {
+    name: "keda",
+    pinned: "github.com/kedacore/keda/v2",
+    binaries: &[
+        ("keda-operator", "github.com/kedacore/keda/v2/cmd/operator"),
+        ("keda-adapter", "github.com/kedacore/keda/v2/cmd/adapter"),
+    ],
 };
 
 /// The kwok stages (see `e2e/k8s/kwok/stages.yaml`): Nodes become Ready, Pods
@@ -163,13 +185,31 @@ pub fn helm() -> Result<PathBuf> {
 }
 
 /// promtool for the metrics tests: `$HCOMM_PROMTOOL` when set, else the pinned Prometheus
-/// release built from `e2e/k8s/promtool` into the cache (blocking: a cold build takes a
+/// release built from `e2e/k8s/prometheus` into the cache (blocking: a cold build takes a
 /// few minutes; concurrent callers wait on the build lock and then share the result).
 pub fn promtool() -> Result<PathBuf> {
     if let Some(path) = std::env::var_os("HCOMM_PROMTOOL").filter(|v| !v.is_empty()) {
         return Ok(PathBuf::from(path));
     }
-    Ok(ensure_built(PROMTOOL)?.join("promtool"))
+    Ok(ensure_built(PROMETHEUS)?.join("promtool"))
+}
+
+/// The Prometheus server of the autoscaling chain: `$HCOMM_PROMETHEUS` when set, else the
+/// pinned release built with promtool (see [`promtool`]).
+pub fn prometheus() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("HCOMM_PROMETHEUS").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(path));
+    }
+    Ok(ensure_built(PROMETHEUS)?.join("prometheus"))
+}
+
+/// `keda-operator`, `keda-adapter`, [`KEDA_CRDS`] and [`KEDA_RBAC`]: in `$HCOMM_KEDA_DIR`,
+/// else built from `e2e/k8s/keda` into the cache (blocking: ~10 min cold on 2 cores).
+pub fn keda() -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("HCOMM_KEDA_DIR").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    ensure_built(KEDA)
 }
 
 /// The Kubernetes version the kube module pins, e.g. `v1.35.4`.
@@ -242,10 +282,11 @@ fn ensure_built(module: GoModule) -> Result<PathBuf> {
 }
 
 fn is_complete(module: GoModule, dir: &Path) -> bool {
-    module
-        .binaries
-        .iter()
-        .all(|(binary, _)| dir.join(binary).is_file())
+    (module.name != KEDA.name || keda_manifests::present(dir))
+        && module
+            .binaries
+            .iter()
+            .all(|(binary, _)| dir.join(binary).is_file())
 }
 
 /// `<module>-<version>-<hash of go.mod, go.sum and build flags>`.
@@ -371,6 +412,9 @@ fn go_build(module: GoModule, source: &Path, out: &Path, log: &Path) -> Result<(
             fs::rename(&built, out.join(binary)).map_err(Error::io("rename", &built))?;
         }
     }
+    if module.name == KEDA.name {
+        keda_manifests::copy(source, out)?;
+    }
     info!(module = module.name, elapsed = ?started.elapsed(), "built");
     Ok(())
 }
@@ -443,7 +487,8 @@ mod tests {
         assert!(pinned_version(KUBE).unwrap().starts_with("v1."));
         assert!(pinned_version(KWOK).unwrap().starts_with("v0."));
         // Prometheus tags its Go module v0.3MM.P for release v3.MM.P.
-        assert!(pinned_version(PROMTOOL).unwrap().starts_with("v0.3"));
+        assert!(pinned_version(PROMETHEUS).unwrap().starts_with("v0.3"));
+        assert!(pinned_version(KEDA).unwrap().starts_with("v2."));
     }
 
     #[test]

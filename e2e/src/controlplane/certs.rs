@@ -18,6 +18,10 @@ use super::error::{Error, Result};
 /// The first address of the Service range; the `kubernetes` Service gets it.
 pub(crate) const KUBERNETES_SERVICE_IP: &str = "10.96.0.1";
 
+/// The common name of the aggregator's client certificate, which extension API servers
+/// accept (`--requestheader-allowed-names`).
+pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
+
 /// A certificate and its key.
 #[derive(Debug, Clone)]
 pub struct CertPair {
@@ -32,6 +36,8 @@ pub struct CertPair {
 pub struct Pki {
     /// The CA certificate (trust anchor of every client).
     pub ca_cert: PathBuf,
+    /// Its key, for [`Pki::issue`].
+    ca_key: PathBuf,
     /// The serving certificate of every component.
     pub serving: CertPair,
     /// Client certificate of the admin (`system:masters`).
@@ -40,6 +46,11 @@ pub struct Pki {
     pub controller_manager: CertPair,
     /// Client certificate of kube-scheduler.
     pub scheduler: CertPair,
+    /// The front-proxy CA: extension API servers trust requests forwarded by the
+    /// aggregator only with a client certificate it signed (`--requestheader-client-ca-file`).
+    pub front_proxy_ca: PathBuf,
+    /// The aggregator's client certificate (`--proxy-client-cert-file`).
+    pub front_proxy_client: CertPair,
     /// Private key that signs ServiceAccount tokens.
     pub service_account_key: PathBuf,
     /// Its public key, which the apiserver verifies tokens with.
@@ -50,31 +61,7 @@ impl Pki {
     /// Creates the PKI in `dir` for an apiserver reachable at `bind`.
     pub(crate) fn generate(dir: &Path, bind: IpAddr) -> Result<Self> {
         fs::create_dir_all(dir).map_err(Error::io("create pki dir", dir))?;
-        let ca_key = dir.join("ca.key");
-        let ca_cert = dir.join("ca.crt");
-        ec_key(&ca_key)?;
-        let ca_ext = write(
-            dir,
-            "ca.cnf",
-            "[req]\nprompt = no\ndistinguished_name = dn\nx509_extensions = v3\n\
-             [dn]\nCN = hcomm-e2e-ca\n\
-             [v3]\nbasicConstraints = critical, CA:TRUE\n\
-             keyUsage = critical, keyCertSign, cRLSign, digitalSignature\n\
-             subjectKeyIdentifier = hash\n",
-        )?;
-        openssl(&[
-            "req",
-            "-x509",
-            "-new",
-            "-key",
-            &s(&ca_key),
-            "-config",
-            &s(&ca_ext),
-            "-days",
-            "3650",
-            "-out",
-            &s(&ca_cert),
-        ])?;
+        let (ca_cert, ca_key) = new_ca(dir, "ca", "hcomm-e2e-ca")?;
         let ca = Ca {
             dir,
             cert: &ca_cert,
@@ -113,6 +100,22 @@ impl Pki {
             None,
         )?;
         let scheduler = ca.issue("scheduler", "/CN=system:kube-scheduler", "clientAuth", None)?;
+        // The aggregation layer's own trust chain, apart from the client CA: the
+        // apiserver proves to an extension API server (KEDA's metrics server) that it
+        // forwards a request it already authenticated, with this client certificate.
+        let (front_proxy_ca, front_proxy_ca_key) =
+            new_ca(dir, "front-proxy-ca", "hcomm-e2e-front-proxy-ca")?;
+        let front_proxy_client = Ca {
+            dir,
+            cert: &front_proxy_ca,
+            key: &front_proxy_ca_key,
+        }
+        .issue(
+            "front-proxy-client",
+            &format!("/CN={FRONT_PROXY_CLIENT}"),
+            "clientAuth",
+            None,
+        )?;
 
         let service_account_key = dir.join("sa.key");
         let service_account_pub = dir.join("sa.pub");
@@ -127,13 +130,69 @@ impl Pki {
         ])?;
         Ok(Self {
             ca_cert,
+            ca_key,
             serving,
             admin,
             controller_manager,
             scheduler,
+            front_proxy_ca,
+            front_proxy_client,
             service_account_key,
             service_account_pub,
         })
+    }
+}
+
+/// A self-signed CA `<name>.crt` / `<name>.key` with common name `cn`.
+fn new_ca(dir: &Path, name: &str, cn: &str) -> Result<(PathBuf, PathBuf)> {
+    let key = dir.join(format!("{name}.key"));
+    let cert = dir.join(format!("{name}.crt"));
+    ec_key(&key)?;
+    let config = write(
+        dir,
+        &format!("{name}.cnf"),
+        &format!(
+            "[req]\nprompt = no\ndistinguished_name = dn\nx509_extensions = v3\n\
+             [dn]\nCN = {cn}\n\
+             [v3]\nbasicConstraints = critical, CA:TRUE\n\
+             keyUsage = critical, keyCertSign, cRLSign, digitalSignature\n\
+             subjectKeyIdentifier = hash\n"
+        ),
+    )?;
+    openssl(&[
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        &s(&key),
+        "-config",
+        &s(&config),
+        "-days",
+        "3650",
+        "-out",
+        &s(&cert),
+    ])?;
+    Ok((cert, key))
+}
+
+impl Pki {
+    /// Issues `<dir>/<name>.crt` and `.key`, signed by the control plane's CA, for a
+    /// server that is also a client (`serverAuth, clientAuth`) under `cn`, valid for
+    /// `sans` (`DNS:…`, `IP:…`): what an extension API server or a controller beside the
+    /// control plane presents.
+    pub fn issue(&self, dir: &Path, name: &str, cn: &str, sans: &[String]) -> Result<CertPair> {
+        fs::create_dir_all(dir).map_err(Error::io("create cert dir", dir))?;
+        Ca {
+            dir,
+            cert: &self.ca_cert,
+            key: &self.ca_key,
+        }
+        .issue(
+            name,
+            &format!("/CN={cn}"),
+            "serverAuth, clientAuth",
+            Some(sans),
+        )
     }
 }
 

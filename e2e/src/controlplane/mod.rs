@@ -48,12 +48,16 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-pub use assets::{Binaries, Needs, cache_root, kubernetes_version};
+pub use assets::{
+    Binaries, KEDA_CRDS, KEDA_RBAC, Needs, cache_root, keda, kubernetes_version, prometheus,
+};
 pub use certs::Pki;
 pub use cluster::{KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE};
 pub use error::{Error, Result};
+pub(crate) use health::http_get;
 pub use kubeconfig::CONTEXT;
 pub use process::is_alive;
+pub(crate) use start::free_ports;
 
 use process::Supervised;
 

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use tracing::{info, warn};
 
 use super::assets::{self, Needs};
-use super::certs::Pki;
+use super::certs::{FRONT_PROXY_CLIENT, Pki};
 use super::cluster::{KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE};
 use super::error::{Error, Result};
 use super::health::{anonymous_client, http_get, kube_get, wait_healthy};
@@ -145,6 +145,28 @@ pub(super) async fn start(options: ControlPlaneOptions) -> Result<ControlPlane> 
         "--authorization-mode=Node,RBAC".to_owned(),
         "--allow-privileged=true".to_owned(),
         "--profiling=false".to_owned(),
+        // The aggregation layer, as kubeadm sets it up: extension API servers
+        // (`external.metrics.k8s.io` from KEDA) get requests the apiserver authenticated,
+        // with the user in these headers, over a client certificate of the front-proxy CA.
+        format!(
+            "--requestheader-client-ca-file={}",
+            pki.front_proxy_ca.display()
+        ),
+        format!("--requestheader-allowed-names={FRONT_PROXY_CLIENT}"),
+        "--requestheader-username-headers=X-Remote-User".to_owned(),
+        "--requestheader-group-headers=X-Remote-Group".to_owned(),
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_owned(),
+        format!(
+            "--proxy-client-cert-file={}",
+            pki.front_proxy_client.cert.display()
+        ),
+        format!(
+            "--proxy-client-key-file={}",
+            pki.front_proxy_client.key.display()
+        ),
+        // No kube-proxy here: the aggregator dials an APIService's endpoint addresses,
+        // not its Service's cluster IP.
+        "--enable-aggregator-routing=true".to_owned(),
     ];
     if !options.controllers {
         // Without the ServiceAccount controller no `default` ServiceAccount
@@ -221,6 +243,9 @@ async fn start_controllers(
             pki.service_account_key.display()
         ),
         format!("--root-ca-file={}", pki.ca_cert.display()),
+        // The HPA controller looks every 2 s rather than 15: an autoscaler test then
+        // waits for KEDA's and the group's reaction, not for the next sync.
+        "--horizontal-pod-autoscaler-sync-period=2s".to_owned(),
     ]);
     let scheduler_args = common(&scheduler_kubeconfig, scheduler_port);
 
@@ -361,7 +386,7 @@ async fn find_binaries(options: &ControlPlaneOptions) -> Result<assets::Binaries
 }
 
 /// Picks free ports by binding port 0, all at once so they differ.
-fn free_ports<const N: usize>(ips: [IpAddr; N]) -> Result<[u16; N]> {
+pub(crate) fn free_ports<const N: usize>(ips: [IpAddr; N]) -> Result<[u16; N]> {
     let listeners = ips
         .iter()
         .map(|ip| {

@@ -141,6 +141,8 @@ pub struct SimHosts {
     subnets: Subnets,
     hosts: Vec<SimHost>,
     isolated: bool,
+    /// The Pod range claimed in the root namespace ([`SimHosts::claim_pod_range`]).
+    pod_range: Option<String>,
     torn_down: bool,
 }
 
@@ -172,6 +174,7 @@ impl SimHosts {
             subnets: Subnets::benchmarking(0),
             hosts: Vec::with_capacity(options.hosts),
             isolated: true,
+            pod_range: None,
             torn_down: false,
         };
         let names = Names(&this.prefix);
@@ -292,6 +295,7 @@ impl SimHosts {
             subnets,
             hosts,
             isolated: false,
+            pod_range: None,
             torn_down: false,
         })
     }
@@ -359,7 +363,9 @@ impl SimHosts {
             return Ok(());
         }
         self.torn_down = true;
-        cleanup_stale(&self.prefix).map(drop)
+        let released = self.release_pod_range();
+        cleanup_stale(&self.prefix).map(drop)?;
+        released
     }
 }
 

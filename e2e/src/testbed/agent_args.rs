@@ -35,6 +35,11 @@ pub struct AgentArgs {
     pub secrets_namespace: Option<String>,
     /// `--weights-source-root`, once each: where local weight sources may be read.
     pub weights_source_roots: Vec<PathBuf>,
+    /// The host's kubelet root directory: the agent serves its local-API CSI driver below
+    /// it (`--kubelet-root-dir`, its `plugins/` and `plugins_registry/`), where the process
+    /// kubelet finds and calls it. None: `--local-api-csi false` (no kubelet, and never the
+    /// machine's own `/var/lib/kubelet`).
+    pub kubelet_root: Option<PathBuf>,
     /// Appended as given (a test's own flags).
     pub extra: Vec<String>,
 }
@@ -60,6 +65,7 @@ impl AgentArgs {
             weights_gc_grace: None,
             weights_source_roots: Vec::new(),
             secrets_namespace: Some(crate::chart::RELEASE_NAMESPACE.to_owned()),
+            kubelet_root: None,
             extra: Vec::new(),
         }
     }
@@ -92,6 +98,18 @@ impl AgentArgs {
             "pod-sockets-dir",
             self.pod_sockets_dir().display().to_string(),
         );
+        match &self.kubelet_root {
+            Some(root) => {
+                flag("kubelet-root-dir", root.display().to_string());
+                let csi = csi_paths(root);
+                flag("csi-socket", csi.socket.display().to_string());
+                flag(
+                    "kubelet-registration-dir",
+                    csi.registration_dir.display().to_string(),
+                );
+            }
+            None => flag("local-api-csi", "false".into()),
+        }
         flag("metrics-addr", self.metrics_addr.to_string());
         flag("weights-dir", self.weights_dir.display().to_string());
         flag("weights-port", self.weights_port.to_string());
@@ -130,6 +148,26 @@ impl AgentArgs {
     }
 }
 
+/// Where an agent whose kubelet root is `root` serves its CSI driver: as the chart puts
+/// it on a node, below the kubelet's root.
+pub struct CsiPaths {
+    /// The CSI endpoint.
+    pub socket: PathBuf,
+    /// The kubelet's plugin-registration directory.
+    pub registration_dir: PathBuf,
+}
+
+/// See [`CsiPaths`].
+pub fn csi_paths(root: &Path) -> CsiPaths {
+    CsiPaths {
+        socket: root
+            .join("plugins")
+            .join(hcomm_crds::local_api::CSI_DRIVER)
+            .join("csi.sock"),
+        registration_dir: root.join("plugins_registry"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,6 +189,7 @@ mod tests {
             weights_gc_grace: None,
             weights_source_roots: Vec::new(),
             secrets_namespace: Some("hcomm-system".into()),
+            kubelet_root: None,
             extra: vec!["--weights-verify-on-serve".into(), "false".into()],
         }
     }
@@ -179,6 +218,31 @@ mod tests {
             flags
                 .chunks(2)
                 .all(|p| p[0].starts_with("--") && !p[1].starts_with("--"))
+        );
+    }
+
+    #[test]
+    fn the_csi_driver_is_off_without_a_kubelet_and_below_its_root_with_one() {
+        let a = args().to_args();
+        assert_eq!(value(&a, "--local-api-csi"), Some("false"));
+        assert_eq!(value(&a, "--csi-socket"), None);
+        let a = AgentArgs {
+            kubelet_root: Some("/tb/host-1/var/lib/kubelet".into()),
+            ..args()
+        }
+        .to_args();
+        assert_eq!(value(&a, "--local-api-csi"), None, "on by default");
+        assert_eq!(
+            value(&a, "--kubelet-root-dir"),
+            Some("/tb/host-1/var/lib/kubelet")
+        );
+        assert_eq!(
+            value(&a, "--csi-socket"),
+            Some("/tb/host-1/var/lib/kubelet/plugins/local-api.hcomm.io/csi.sock")
+        );
+        assert_eq!(
+            value(&a, "--kubelet-registration-dir"),
+            Some("/tb/host-1/var/lib/kubelet/plugins_registry")
         );
     }
 

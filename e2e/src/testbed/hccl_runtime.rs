@@ -89,6 +89,14 @@ impl HcclRuntime {
             .push((pod_prefix.to_owned(), fault.to_owned()));
     }
 
+    /// The injected faults no Pod has started with yet, as `(pod prefix, fault)`.
+    pub fn pending_faults(&self) -> Vec<(String, String)> {
+        self.faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// What a container of Pod `pod` given NPUs on host `host` runs with.
     pub fn container_env(&self, host: usize, pod: &str) -> Vec<(String, String)> {
         let path = |p: PathBuf| p.display().to_string();

@@ -38,6 +38,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::csi_volumes::CsiVolumes;
 use super::device_plugin::{self, Admitted, DevicePlugin, PodAllocation};
 use super::launch::{self, Launch};
 use crate::hosts::SimHosts;
@@ -75,6 +76,9 @@ pub struct KubeletConfig {
     pub device_plugin: Option<DevicePlugin>,
     /// The CANN runtime (the HCCL simulator) that containers given NPUs see, if installed.
     pub hccl_runtime: Option<super::hccl_runtime::HcclRuntime>,
+    /// Where processes see their Pods' published CSI volumes (a short path: see
+    /// [`super::csi_volumes`]).
+    pub csi_views: PathBuf,
 }
 
 /// Whether Pods' processes get their own cgroups on this machine (else why not): the
@@ -119,6 +123,7 @@ impl Kubelet {
         };
         let (stopped, stopped_rx) = tokio::sync::mpsc::unbounded_channel();
         let state = State {
+            csi: Arc::new(CsiVolumes::new(config.csi_views.clone())),
             stopped,
             terminating: HashMap::new(),
             cgroups,
@@ -189,6 +194,8 @@ struct Terminating {
 }
 
 struct State {
+    /// The Pods' CSI volumes (published before their processes start).
+    csi: Arc<CsiVolumes>,
     /// Pod UIDs whose processes have all exited (sent by the termination tasks).
     stopped: tokio::sync::mpsc::UnboundedSender<String>,
     /// Pod UID → a Pod whose processes are stopping.
@@ -313,6 +320,16 @@ impl State {
             self.deferred.insert(uid, pod.clone());
             return;
         };
+        // Volumes before images, as a kubelet's sync does: a Pod whose volume cannot be
+        // published waits (MountVolume.SetUp failed), retried every tick.
+        let views = match self.csi.publish(pod, &node_name, &node.root).await {
+            Ok(views) => views,
+            Err(e) => {
+                tracing::warn!(pod = ?pod.metadata.name, error = %e, "kubelet: volumes not ready, not starting yet");
+                self.deferred.insert(uid, pod.clone());
+                return;
+            }
+        };
         if let Some(image) = unpullable_image(pod) {
             // A kubelet admits the Pod (devices allocated) and then fails to pull: the
             // containers never start, the Pod never turns Ready (ErrImagePull, then
@@ -320,20 +337,7 @@ impl State {
             tracing::warn!(pod = ?pod.metadata.name, %image, reason = "ErrImagePull", "kubelet: cannot pull the image (its registry host is under .invalid), not starting");
             return;
         }
-        let (mut launches, _) = launch::plan(pod, &node.root, &self.config.programs);
-        if let Some(a) = &allocation {
-            give_devices(&mut launches, a);
-            if let Some(rt) = &self.config.hccl_runtime {
-                // As an image with CANN installed and the Ascend runtime's driver mounts.
-                for l in launches
-                    .iter_mut()
-                    .filter(|l| a.containers.contains_key(&l.container))
-                {
-                    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-                    l.env.extend(rt.container_env(node.host, pod_name));
-                }
-            }
-        }
+        let (mut launches, _) = launch::plan(pod, &node.root, &views, &self.config.programs);
         if launches.is_empty() {
             return;
         }
@@ -351,6 +355,22 @@ impl State {
             tracing::warn!(pod = %key, %ip, error = %e, "kubelet: cannot give the pod its address yet");
             self.deferred.insert(uid, pod.clone());
             return;
+        }
+        // Only now, with nothing left to defer the start: the HCCL runtime's env carries a
+        // fault injected for the next such Pod, which a deferred start would use up on a
+        // launch that never runs (its retry then starts without it).
+        if let Some(a) = &allocation {
+            give_devices(&mut launches, a);
+            if let Some(rt) = &self.config.hccl_runtime {
+                // As an image with CANN installed and the Ascend runtime's driver mounts.
+                for l in launches
+                    .iter_mut()
+                    .filter(|l| a.containers.contains_key(&l.container))
+                {
+                    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+                    l.env.extend(rt.container_env(node.host, pod_name));
+                }
+            }
         }
         let grace = pod
             .spec
@@ -459,8 +479,11 @@ impl State {
         }
     }
 
-    /// Frees a Pod's devices (it is gone or finished).
+    /// Frees a Pod's devices and unpublishes its CSI volumes (it is gone or finished, and
+    /// none of its processes runs).
     fn release(&mut self, uid: &str) {
+        let (csi, pod_uid) = (self.csi.clone(), uid.to_owned());
+        tokio::spawn(async move { csi.unpublish(&pod_uid).await });
         self.annotated.remove(uid);
         if let Some(dp) = &self.config.device_plugin
             && let Some(a) = dp.free(uid)

@@ -1,11 +1,13 @@
 //! What the process kubelet runs for a Pod (pure): the container's program mapped to a
 //! workspace binary, its arguments, and its environment with the downward API resolved,
-//! and paths under `hostPath` mounts rewritten to the simulated host's root folder — so a
-//! worker that would open `/run/hcomm/agent.sock` in its container opens its own Pod's
-//! agent socket on its own host here (`subPath` and `subPathExpr` are honoured, with
-//! `$(VAR)` from the container's environment as a kubelet expands it). A read-only mount
-//! cannot be enforced on a process without its own mount namespace; the agent's caller
-//! check, which the process kubelet makes real with per-Pod cgroups, still applies.
+//! and paths under volume mounts rewritten to where the process finds them — `hostPath`
+//! volumes under the simulated host's root folder, CSI volumes at the view the process
+//! kubelet made of their published directory ([`super::csi_volumes`]) — so a worker that
+//! would open `/run/hcomm/agent.sock` in its container opens its own Pod's agent socket on
+//! its own host here (`subPath` and `subPathExpr` are honoured, with `$(VAR)` from the
+//! container's environment as a kubelet expands it). A read-only mount cannot be enforced
+//! on a process without its own mount namespace; the agent's caller check, which the
+//! process kubelet makes real with per-Pod cgroups, still applies.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,18 +27,35 @@ pub struct Launch {
     pub env: Vec<(String, String)>,
 }
 
-/// The launches for `pod` on a host whose root folder is `host_root`: one per container
-/// whose `command[0]` names a known program. Containers the testbed cannot run (other
-/// images) are left to kwok's fake status, and are listed in the second value.
+/// The kubelet's root directory on a simulated host (its `--root-dir`).
+pub fn kubelet_root(host_root: &Path) -> PathBuf {
+    host_root.join("var/lib/kubelet")
+}
+
+/// Where a kubelet publishes the CSI volume `volume` of the Pod with `uid`.
+pub fn csi_target(host_root: &Path, uid: &str, volume: &str) -> PathBuf {
+    kubelet_root(host_root)
+        .join("pods")
+        .join(uid)
+        .join("volumes/kubernetes.io~csi")
+        .join(volume)
+        .join("mount")
+}
+
+/// The launches for `pod` on a host whose root folder is `host_root`, its CSI volumes
+/// published and seen at `csi_views` (volume name → path): one per container whose
+/// `command[0]` names a known program. Containers the testbed cannot run (other images)
+/// are left to kwok's fake status, and are listed in the second value.
 pub fn plan(
     pod: &Pod,
     host_root: &Path,
+    csi_views: &BTreeMap<String, PathBuf>,
     programs: &BTreeMap<String, PathBuf>,
 ) -> (Vec<Launch>, Vec<String>) {
     let Some(spec) = pod.spec.as_ref() else {
         return (Vec::new(), Vec::new());
     };
-    let mounts = host_mounts(pod);
+    let mounts = volume_paths(pod, host_root, csi_views);
     let mut launches = Vec::new();
     let mut skipped = Vec::new();
     for c in &spec.containers {
@@ -56,7 +75,7 @@ pub fn plan(
             .filter_map(|e| Some((e.name.clone(), env_value(pod, e)?)))
             .collect();
         let container_mounts = mounts_of(c, &mounts, &plain_env);
-        let rewrite = |v: &str| rewrite_path(v, &container_mounts, host_root);
+        let rewrite = |v: &str| rewrite_path(v, &container_mounts);
         let mut args: Vec<String> = c
             .command
             .iter()
@@ -82,25 +101,38 @@ pub fn plan(
     (launches, skipped)
 }
 
-/// `volume name → host path` of the Pod's hostPath volumes.
-fn host_mounts(pod: &Pod) -> BTreeMap<String, String> {
+/// `volume name → path` of the Pod's volumes a process can see: hostPath volumes under
+/// `host_root`, CSI volumes at their views.
+fn volume_paths(
+    pod: &Pod,
+    host_root: &Path,
+    csi_views: &BTreeMap<String, PathBuf>,
+) -> BTreeMap<String, PathBuf> {
     pod.spec
         .iter()
         .flat_map(|s| s.volumes.iter().flatten())
-        .filter_map(|v| Some((v.name.clone(), v.host_path.as_ref()?.path.clone())))
+        .filter_map(|v| {
+            let path = match (&v.host_path, &v.csi) {
+                (Some(h), _) => host_root.join(h.path.trim_start_matches('/')),
+                (None, Some(_)) => csi_views.get(&v.name)?.clone(),
+                (None, None) => return None,
+            };
+            Some((v.name.clone(), path))
+        })
         .collect()
 }
 
-/// `(mount path in the container, host path)` for the container's hostPath mounts, with
-/// `subPath`/`subPathExpr` appended, longest mount path first so nested mounts win. A
+/// `(mount path in the container, path the process sees)` for the container's volume
+/// mounts, with `subPath`/`subPathExpr` appended, longest mount path first so nested mounts
+/// win. A
 /// `subPathExpr` naming a variable the container lacks, or leaving the volume (`..`, an
 /// absolute path), is not mounted at all, as a kubelet refuses to start such a container.
 fn mounts_of(
     c: &Container,
-    host: &BTreeMap<String, String>,
+    host: &BTreeMap<String, PathBuf>,
     env: &BTreeMap<String, String>,
-) -> Vec<(String, String)> {
-    let mut m: Vec<(String, String)> = c
+) -> Vec<(String, PathBuf)> {
+    let mut m: Vec<(String, PathBuf)> = c
         .volume_mounts
         .iter()
         .flatten()
@@ -114,11 +146,7 @@ fn mounts_of(
             if sub.starts_with('/') || sub.split('/').any(|p| p == "..") {
                 return None;
             }
-            let path = if sub.is_empty() {
-                base
-            } else {
-                format!("{}/{sub}", base.trim_end_matches('/'))
-            };
+            let path = if sub.is_empty() { base } else { base.join(sub) };
             Some((vm.mount_path.clone(), path))
         })
         .collect();
@@ -140,16 +168,14 @@ fn expand(expr: &str, env: &BTreeMap<String, String>) -> Option<String> {
     Some(out)
 }
 
-/// `value` with a leading container mount path replaced by the host path under
-/// `host_root`.
-fn rewrite_path(value: &str, mounts: &[(String, String)], host_root: &Path) -> String {
-    for (mount, host) in mounts {
+/// `value` with a leading container mount path replaced by the path the process sees.
+fn rewrite_path(value: &str, mounts: &[(String, PathBuf)]) -> String {
+    for (mount, path) in mounts {
         let mount = mount.trim_end_matches('/');
         if let Some(rest) = value.strip_prefix(mount)
             && (rest.is_empty() || rest.starts_with('/'))
         {
-            let host = host_root.join(host.trim_start_matches('/'));
-            return format!("{}{rest}", host.display());
+            return format!("{}{rest}", path.display());
         }
     }
     value.to_owned()
@@ -222,7 +248,12 @@ mod tests {
     #[test]
     fn known_programs_run_with_the_downward_api_and_host_paths_resolved() {
         let programs = BTreeMap::from([("hcomm-worker".to_owned(), PathBuf::from("/bin/w"))]);
-        let (launches, skipped) = plan(&pod(), Path::new("/tmp/tb/host-1"), &programs);
+        let (launches, skipped) = plan(
+            &pod(),
+            Path::new("/tmp/tb/host-1"),
+            &BTreeMap::new(),
+            &programs,
+        );
         assert_eq!(skipped, vec!["sidecar".to_owned()]);
         let l = &launches[0];
         assert_eq!(l.program, PathBuf::from("/bin/w"));
@@ -264,7 +295,7 @@ mod tests {
             .unwrap(),
         );
         let programs = BTreeMap::from([("hcomm-worker".to_owned(), PathBuf::from("/bin/w"))]);
-        let (launches, _) = plan(&p, Path::new("/tmp/tb/host-1"), &programs);
+        let (launches, _) = plan(&p, Path::new("/tmp/tb/host-1"), &BTreeMap::new(), &programs);
         let env: BTreeMap<_, _> = launches[0].env.iter().cloned().collect();
         assert_eq!(
             env[hcomm_crds::contract::env::AGENT_SOCKET],
@@ -278,7 +309,7 @@ mod tests {
                 .as_mut()
                 .unwrap()[0]
                 .sub_path_expr = Some(expr.into());
-            let (launches, _) = plan(&q, Path::new("/tmp/tb/host-1"), &programs);
+            let (launches, _) = plan(&q, Path::new("/tmp/tb/host-1"), &BTreeMap::new(), &programs);
             let env: BTreeMap<_, _> = launches[0].env.iter().cloned().collect();
             assert_eq!(
                 env[hcomm_crds::contract::env::AGENT_SOCKET],
@@ -289,8 +320,35 @@ mod tests {
     }
 
     #[test]
+    fn a_csi_volume_mount_resolves_to_its_view_and_an_unpublished_one_to_nothing() {
+        let mut p = pod();
+        p.spec.as_mut().unwrap().volumes.as_mut().unwrap()[0] = serde_json::from_value(
+            serde_json::json!({"name": "sock", "csi": {"driver": "local-api.hcomm.io", "readOnly": true}}),
+        )
+        .unwrap();
+        let programs = BTreeMap::from([("hcomm-worker".to_owned(), PathBuf::from("/bin/w"))]);
+        let views = BTreeMap::from([("sock".to_owned(), PathBuf::from("/tmp/tb/v/u-1/sock"))]);
+        let (launches, _) = plan(&p, Path::new("/tmp/tb/host-1"), &views, &programs);
+        let env: BTreeMap<_, _> = launches[0].env.iter().cloned().collect();
+        assert_eq!(
+            env[hcomm_crds::contract::env::AGENT_SOCKET],
+            "/tmp/tb/v/u-1/sock/agent.sock"
+        );
+        let (launches, _) = plan(&p, Path::new("/tmp/tb/host-1"), &BTreeMap::new(), &programs);
+        let env: BTreeMap<_, _> = launches[0].env.iter().cloned().collect();
+        assert_eq!(
+            env[hcomm_crds::contract::env::AGENT_SOCKET],
+            "/run/hcomm/agent.sock"
+        );
+        assert_eq!(
+            csi_target(Path::new("/tb/h"), "u-1", "sock"),
+            PathBuf::from("/tb/h/var/lib/kubelet/pods/u-1/volumes/kubernetes.io~csi/sock/mount")
+        );
+    }
+
+    #[test]
     fn a_pod_without_known_programs_is_left_alone() {
-        let (launches, skipped) = plan(&pod(), Path::new("/r"), &BTreeMap::new());
+        let (launches, skipped) = plan(&pod(), Path::new("/r"), &BTreeMap::new(), &BTreeMap::new());
         assert!(launches.is_empty());
         assert_eq!(skipped.len(), 2);
     }

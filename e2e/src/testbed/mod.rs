@@ -14,9 +14,11 @@
 //! Size: the testbed's start and stop order, which must read as one sequence.
 
 pub mod agent_args;
+pub mod autoscaling;
 pub mod binaries;
 pub mod cgroups;
 pub mod cluster;
+pub mod csi_volumes;
 pub mod device_plugin;
 mod error;
 pub mod examples;
@@ -124,6 +126,10 @@ pub struct Testbed {
     hccl_runtime: Option<hccl_runtime::HcclRuntime>,
 }
 
+/// Below the testbed's folder: where Pods' processes see their CSI volumes (short, as a
+/// socket path in it must be: see [`csi_volumes`]).
+const CSI_VIEWS: &str = "v";
+
 /// Ports every agent uses on its host (the chart's defaults).
 pub const PROBE_PORT: u16 = 7510;
 pub const WEIGHTS_PORT: u16 = 7512;
@@ -141,7 +147,7 @@ impl Testbed {
                     .npus(options.devices_per_host),
             )
         };
-        let hosts = match options.hosts_mode {
+        let mut hosts = match options.hosts_mode {
             HostsMode::Namespaces => namespaces()?,
             HostsMode::Loopback => SimHosts::loopback(options.hosts)?,
             HostsMode::NamespacesOrLoopback => match namespaces() {
@@ -153,6 +159,7 @@ impl Testbed {
                 Err(e) => return Err(e.into()),
             },
         };
+        let pod_range = hosts.claim_pod_range()?;
         let hosts = Arc::new(hosts);
         let dir = std::env::temp_dir().join(format!("hcomm-testbed-{}", std::process::id()));
         // A testbed started again in the same process (the pools suite does after a failed
@@ -180,14 +187,8 @@ impl Testbed {
             ChartClusterOptions {
                 controllers: true,
                 kwok: Some(true),
-                // Pod addresses are routed in the root namespace: one /16 per testbed,
-                // from its hosts' subnet (unique on the machine), so two never collide.
-                // Loopback hosts: 127/8 addresses bind without any setup.
-                pod_cidr: Some(if hosts.is_isolated() {
-                    format!("10.{}.0.0/16", 100 + hosts.subnets().data.octets()[2] % 150)
-                } else {
-                    "127.100.0.0/16".to_owned()
-                }),
+                // Pod addresses are routed in the root namespace (hosts::podnet).
+                pod_cidr: Some(pod_range),
                 chart_values: vec![
                     "operator.replicas=1".to_owned(),
                     "operator.nodeSelector.hcomm-testbed=runs-as-a-process".to_owned(),
@@ -289,6 +290,7 @@ impl Testbed {
                 log_dir: bed.dir.join("logs"),
                 device_plugin: bed.device_plugin.clone(),
                 hccl_runtime: bed.hccl_runtime.clone(),
+                csi_views: bed.dir.join(CSI_VIEWS),
             },
         ));
         bed.wait_for_nodes(Duration::from_secs(60)).await?;
@@ -328,6 +330,17 @@ impl Testbed {
     /// Host `i`'s agent socket (the local worker API).
     pub fn agent_socket(&self, i: usize) -> PathBuf {
         self.host_root(i).join("run/hcomm/agent.sock")
+    }
+
+    /// The local-API socket of the member Pod with `uid`, where its worker process finds it:
+    /// in the Pod's CSI volume, which the agent on its host published for it (seen through
+    /// the process kubelet's view, see [`csi_volumes`]).
+    pub fn pod_socket(&self, uid: &str) -> PathBuf {
+        self.dir
+            .join(CSI_VIEWS)
+            .join(uid)
+            .join(hcomm_crds::local_api::VOLUME)
+            .join(hcomm_crds::local_api::SOCKET_FILE)
     }
 
     /// Host `i`'s weight store.
@@ -531,6 +544,7 @@ impl Testbed {
             weights_gc_grace: Some(self.options.weights_gc_grace),
             // The tests' declared weight sources all lie below `<bed>/models`.
             weights_source_roots: vec![self.dir.join("models")],
+            kubelet_root: Some(launch::kubelet_root(&root)),
             // Workers are identified by their Pod cgroups when the process kubelet can make
             // them; otherwise they would all look like node processes, so say so instead.
             extra: match kubelet::pod_cgroups_available() {

@@ -128,7 +128,8 @@ impl Testbed {
 
     /// Applies a copy of an example pool under another name (for a scenario that needs a
     /// group of its own): the `HcommGroup` and its Service renamed, the Service selecting
-    /// the new group, `replicas` and `devicesPerMember` set, the weights repointed.
+    /// the new group, `replicas` and `devicesPerMember` set (`maxReplicas` raised to `replicas` if below),
+    /// the weights repointed.
     pub fn apply_pool_copy(&self, copy: &PoolCopy<'_>) -> Result<String> {
         let path = workspace_root().join(copy.example);
         let text = std::fs::read_to_string(&path)
@@ -397,6 +398,11 @@ fn renamed_pool(text: &str, copy: &PoolCopy<'_>) -> Result<String> {
             "HcommGroup" => {
                 v["spec"]["replicas"] = copy.replicas.into();
                 v["spec"]["devicesPerMember"] = copy.devices_per_member.into();
+                // The example's bound raised to the copy's size (never lowered).
+                let max = v["spec"]["maxReplicas"].as_u64().unwrap_or(0);
+                if max < u64::from(copy.replicas) {
+                    v["spec"]["maxReplicas"] = copy.replicas.into();
+                }
             }
             "Service" => v["spec"]["selector"][LABEL_GROUP] = copy.name.into(),
             other => return Err(invalid(format!("unexpected kind {other:?}"))),

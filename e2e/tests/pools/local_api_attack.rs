@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use hcomm_crds::local_api::{MOUNT_DIR, SOCKET_FILE};
+use hcomm_crds::local_api::{CSI_DRIVER, MOUNT_DIR};
 use hcomm_e2e::testbed::examples::NAMESPACE as NS;
 use hcomm_e2e::testbed::{ExamplePools, MemberPod};
 use k8s_openapi::api::core::v1::Pod;
@@ -52,9 +52,8 @@ pub async fn a_worker_calling_another_pods_local_api_is_refused_and_the_victim_k
     let victim = decode[0].clone();
     let attacker = pools.prefill.first().context("no prefill member")?.clone();
     let victim_host = host_index(&victim)?;
-    let attacker_host = host_index(&attacker)?;
-    let victim_socket = pod_socket(&bed.host_root(victim_host), &victim.uid);
-    let attacker_socket = pod_socket(&bed.host_root(attacker_host), &attacker.uid);
+    let victim_socket = bed.pod_socket(&victim.uid);
+    let attacker_socket = bed.pod_socket(&attacker.uid);
     let node_socket = bed.agent_socket(victim_host);
     for s in [&victim_socket, &attacker_socket, &node_socket] {
         ensure!(s.exists(), "no socket at {}", s.display());
@@ -139,9 +138,9 @@ pub async fn a_worker_calling_another_pods_local_api_is_refused_and_the_victim_k
         eprintln!("local API attack: {line} → {error}");
     }
 
-    // The operator mounts only the Pod's own directory, read-only: in a real cluster the
-    // victim's socket is not even in the attacker's file system, and nothing there can be
-    // replaced.
+    // The operator mounts only the Pod's own directory, read-only (its CSI volume, which
+    // the agent publishes for that Pod alone): in a real cluster the victim's socket is not
+    // even in the attacker's file system, and nothing there can be replaced.
     let pods: Api<Pod> = Api::namespaced(bed.client().await?, NS);
     let spec = pods
         .get(&attacker.name)
@@ -155,9 +154,22 @@ pub async fn a_worker_calling_another_pods_local_api_is_refused_and_the_victim_k
             .flatten()
             .find(|m| m.mount_path == MOUNT_DIR)
             .with_context(|| format!("{}: no mount at {MOUNT_DIR}", c.name))?;
+        let volume = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == mount.name)
+            .with_context(|| format!("{}: no volume {}", c.name, mount.name))?;
         ensure!(
-            mount.read_only == Some(true) && mount.sub_path_expr.is_some(),
-            "{}: the local API mount is not the Pod's own read-only directory: {mount:?}",
+            mount.read_only == Some(true)
+                && mount.sub_path.is_none()
+                && mount.sub_path_expr.is_none()
+                && volume.host_path.is_none()
+                && volume
+                    .csi
+                    .as_ref()
+                    .is_some_and(|csi| csi.driver == CSI_DRIVER),
+            "{}: the local API mount is not the Pod's own read-only CSI volume: {mount:?} of {volume:?}",
             c.name
         );
     }
@@ -199,12 +211,6 @@ fn host_index(m: &MemberPod) -> Result<usize> {
         .trim_start_matches("host-")
         .parse()
         .with_context(|| format!("{} runs on {}, not a testbed host", m.name, m.node))
-}
-
-/// A Pod's own socket on its host (the agent's `--pod-sockets-dir` is `pods` beside the
-/// node socket).
-fn pod_socket(host_root: &Path, uid: &str) -> PathBuf {
-    host_root.join("run/hcomm/pods").join(uid).join(SOCKET_FILE)
 }
 
 /// One request line and its answer (the agent answers a refused caller with one error

@@ -15,6 +15,7 @@
 //! `target/`: `cargo test --workspace` builds them all, but `cargo test -p hcomm-e2e`
 //! alone does not rebuild them — run `cargo build --workspace --bins` first.
 
+mod autoscaling;
 mod backend;
 mod check;
 mod disruption;
@@ -60,6 +61,7 @@ fn main() {
         scaling::both_example_pools_come_up_with_rank_tables_and_topology,
         scaling::scale_out_under_load_fails_no_request,
         scaling::drain_under_load,
+        autoscaling::keda_scales_decode_on_load_through_the_hpa_and_back,
         standby::a_scale_out_is_served_from_a_warm_standby_and_a_scale_in_moves_a_member_back,
         saturation::a_stranger_saturating_a_nodes_ports_marks_nothing_down_and_evicts_nobody,
         local_api_attack::a_worker_calling_another_pods_local_api_is_refused_and_the_victim_keeps_serving,

@@ -19,8 +19,8 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use hcomm_crds::ScalingStrategy;
 use hcomm_crds::contract::ascend::DeviceAllocation;
+use hcomm_crds::{MemberPhase, ScalingStrategy};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::phase::ObservedMember;
@@ -145,6 +145,9 @@ pub struct Plan {
     pub failed_nodes: BTreeSet<String>,
     /// When to look again at least (a drain deadline).
     pub recheck_after: Option<SignedDuration>,
+    /// Members are missing, but none is added before this time: the failure backoff
+    /// ([`PlanInput::new_members_after`]) holds them back.
+    pub delayed_until: Option<Timestamp>,
     /// The group is being deleted and no member Pod is left.
     pub finished: bool,
     /// Where the rolling update stands.
@@ -311,6 +314,9 @@ pub fn plan(input: &PlanInput) -> Plan {
         failed: failed.iter().map(|m| m.name.clone()).collect(),
         failed_nodes: failed.iter().filter_map(|m| m.node.clone()).collect(),
         recheck_after,
+        delayed_until: input
+            .new_members_after
+            .filter(|t| input.now < *t && !desired.deleting && kept.len() < target),
         finished: desired.deleting && input.members.is_empty(),
         rollout: step.progress,
         relabel,
@@ -348,6 +354,16 @@ fn plan_joiners(
     let per_member = desired.devices_per_member.max(1) as usize;
     let count = match desired.strategy {
         ScalingStrategy::Incremental => {
+            // Every joiner is a new epoch, and an epoch forms only once all its members
+            // have synced. A joiner created while the planned epoch is forming (members
+            // past their sync, building its domain) makes them start over on one that
+            // cannot form for seconds; created as each slot freed, a 64-member group grew
+            // in ~50 epochs of 2–3 and its joins timed out (docs/benchmarks.md, "The agent
+            // under many members"). New joiners wait for the forming epoch and then come
+            // together.
+            if kept.iter().any(|m| m.phase == MemberPhase::Joining) {
+                return (Vec::new(), 0);
+            }
             let joining = kept.iter().filter(|m| m.phase.is_joining()).count();
             need.min((desired.max_joining.max(1) as usize).saturating_sub(joining))
         }

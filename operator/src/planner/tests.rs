@@ -181,6 +181,9 @@ impl World {
                 if rng.random_bool(0.05) {
                     m.failed = true;
                     m.phase = MemberPhase::Failed;
+                } else if m.phase == MemberPhase::Pending && rng.random_bool(0.5) {
+                    // Synced, building the planned epoch's domain.
+                    m.phase = MemberPhase::Joining;
                 } else {
                     m.arrive();
                 }
@@ -228,6 +231,28 @@ fn scale_out_keeps_existing_members_and_bumps_the_epoch_once() {
     }
     world.apply(&grow, 2);
     assert_eq!(plan(&world.input(&desired(4, 2))).epoch, 2);
+}
+
+#[test]
+fn joiners_wait_while_the_planned_epoch_forms_then_come_together() {
+    let mut world = World::new(vec![node("a", "s0", 8)]);
+    world.apply(&plan(&world.input(&desired(2, 1))), 1);
+    world.members.iter_mut().for_each(ObservedMember::arrive);
+    world.apply(&plan(&world.input(&desired(4, 1))), 1);
+    assert_eq!(world.recorded.epoch, 2);
+    // One joiner of epoch 2 serves; the other has synced and builds the domain.
+    world.members[2].arrive();
+    world.members[3].phase = MemberPhase::Joining;
+    let waiting = plan(&world.input(&desired(6, 1)));
+    assert_eq!(waiting.joiners().count(), 0, "{waiting:?}");
+    assert_eq!(waiting.epoch, 2, "epoch 2 is left to form");
+    world.members[3].arrive();
+    let grow = plan(&world.input(&desired(6, 1)));
+    assert_eq!(
+        (grow.joiners().count(), grow.epoch),
+        (2, 3),
+        "both joiners in one epoch once it formed"
+    );
 }
 
 #[test]
@@ -414,6 +439,15 @@ fn random_scaling_keeps_every_invariant_and_converges() {
             assert!(
                 p.joiners().count() + joining <= d.max_joining as usize || p.joiners().count() == 0,
                 "{ctx}"
+            );
+            // A forming epoch is never superseded by a joiner.
+            assert!(
+                p.joiners().count() == 0
+                    || !world
+                        .members
+                        .iter()
+                        .any(|m| m.phase == MemberPhase::Joining),
+                "{ctx}: a joiner while the planned epoch forms"
             );
             // Indices unique; each joiner fits its node (`World::apply` asserts the room).
             let indices: BTreeSet<i32> = p.members.iter().map(|m| m.index).collect();

@@ -286,3 +286,39 @@ fn standby_members_are_counted_apart_from_the_scale_subresources_replicas() {
     assert_eq!(ready.status, "True", "{ready:?}");
     assert!(ready.message.contains("1/1 standby warm"), "{ready:?}");
 }
+
+#[test]
+fn members_held_back_by_the_failure_backoff_are_progressing_not_stable() {
+    let t0 = Timestamp::from_second(1_700_000_000).unwrap();
+    let mut g = group();
+    g.spec.replicas = 4;
+    let until = Timestamp::from_second(1_700_000_008).unwrap();
+    let (mut plan, nodes) = big_plan(1, 1);
+    plan.delayed_until = Some(until);
+    let status = build(StatusInput {
+        group: &g,
+        members: &[],
+        plan: &plan,
+        outcome: &Outcome::default(),
+        nodes: &nodes,
+        invalid: None,
+        links: &report(true, t0),
+        now: t0,
+    });
+    let progressing = find_condition(&status.conditions, CONDITION_PROGRESSING).unwrap();
+    assert_eq!(
+        (progressing.status.as_str(), progressing.reason.as_str()),
+        (
+            "True",
+            hcomm_crds::contract::GroupReason::FailureBackoff.as_str()
+        )
+    );
+    assert!(
+        progressing
+            .message
+            .contains(&format!("1 of {} members", g.spec.replicas))
+            && progressing.message.contains(&until.to_string()),
+        "{}",
+        progressing.message
+    );
+}

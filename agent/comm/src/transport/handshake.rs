@@ -14,6 +14,10 @@ const MAX_HANDSHAKE_FRAME: usize = 64 << 10;
 #[derive(Debug)]
 pub enum HsError {
     Io(std::io::Error),
+    /// The acceptor closed the connection before answering the hello: its listener did
+    /// not admit it (a per-peer or total cap was full, `crate::listen`) or is stopping.
+    /// Not a refusal of this connector (those come as a `Reject` frame): worth retrying.
+    NotAdmitted(std::io::Error),
     Frame(FrameError),
     /// Authentication failed; the text says which side could not prove the secret.
     Auth(String),
@@ -35,6 +39,16 @@ impl From<FrameError> for HsError {
     fn from(e: FrameError) -> Self {
         HsError::Frame(e)
     }
+}
+
+/// Whether the peer closed the connection (end of stream, reset, broken pipe).
+fn closed(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::UnexpectedEof
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::BrokenPipe
+    )
 }
 
 pub async fn read_frame(s: &mut TcpStream, max: usize) -> Result<(Header, Vec<u8>), HsError> {
@@ -106,8 +120,14 @@ pub async fn connect(
         listen: listen.to_string(),
         nonce: nonce_c,
     };
-    write_frame(s, Kind::Hello, epoch, 0, &hello.encode()).await?;
-    let (h, p) = read_frame(s, MAX_HANDSHAKE_FRAME).await?;
+    let answer = async {
+        write_frame(s, Kind::Hello, epoch, 0, &hello.encode()).await?;
+        read_frame(s, MAX_HANDSHAKE_FRAME).await
+    };
+    let (h, p) = answer.await.map_err(|e| match e {
+        HsError::Io(io) if closed(&io) => HsError::NotAdmitted(io),
+        other => other,
+    })?;
     let ch = match h.kind {
         Kind::Challenge => Challenge::decode(&p)?,
         Kind::Reject => return Err(rejected(&p, epoch, h.epoch)),

@@ -220,6 +220,57 @@ impl Inner {
         }
     }
 
+    /// Connects to `addr` and completes the handshake for `purpose`, within `deadline`.
+    /// A connection the acceptor closes before it answers ([`HsError::NotAdmitted`]) is
+    /// tried again, as a refused connect is: a node's listener admits a bounded number of
+    /// handshakes per peer address at once (`crate::listen`), and when every member of a
+    /// wide group dials every other at an epoch, one node's members exceed that for a
+    /// moment (eight members dialling eight took 64 slots of 16, and the refused ones
+    /// failed their join). A refusal the acceptor states (wrong secret, stale epoch) is
+    /// final.
+    pub(crate) async fn connect_admitted(
+        &self,
+        addr: SocketAddr,
+        deadline: Instant,
+        ctx: &ErrorContext,
+        purpose: Purpose,
+        epoch: u64,
+    ) -> Result<(TcpStream, handshake::Accepted), CommError> {
+        let listen = self.listen.to_string();
+        let mut pause = NOT_ADMITTED_PAUSE;
+        loop {
+            let mut stream = self.connect_stream(addr, deadline, ctx).await?;
+            let hs = handshake::connect(
+                &mut stream,
+                &self.cfg.secret,
+                purpose,
+                self.id,
+                &listen,
+                epoch,
+            );
+            match tokio::time::timeout_at(deadline, hs).await {
+                Ok(Ok(acc)) => return Ok((stream, acc)),
+                Ok(Err(HsError::NotAdmitted(_))) if Instant::now() + pause < deadline => {
+                    // Jittered, so the refused dialers of one node do not come back as one.
+                    let jitter =
+                        Duration::from_micros(u64::from(crate::auth::random::<1>()[0]) * 200);
+                    tokio::time::sleep(pause + jitter).await;
+                    pause = (pause * 2).min(NOT_ADMITTED_PAUSE_MAX);
+                }
+                Ok(Err(e)) => return Err(hs_error(e, ctx.clone())),
+                Err(_) => {
+                    return Err(CommError::Timeout {
+                        ctx: Box::new(ErrorContext {
+                            op: format!("{} (handshake)", ctx.op),
+                            ..ctx.clone()
+                        }),
+                        after: self.cfg.connect_timeout,
+                    });
+                }
+            }
+        }
+    }
+
     /// Dials and authenticates a peer link for `epoch`, or returns the existing one.
     pub async fn dial(
         self: &Arc<Self>,
@@ -228,23 +279,9 @@ impl Inner {
         deadline: Instant,
         ctx: ErrorContext,
     ) -> Result<Arc<Connection>, CommError> {
-        let mut stream = self.connect_stream(addr, deadline, &ctx).await?;
-        let listen = self.listen.to_string();
-        let secret = self.cfg.secret.clone();
-        let hs = handshake::connect(&mut stream, &secret, Purpose::Peer, self.id, &listen, epoch);
-        let acc = match tokio::time::timeout_at(deadline, hs).await {
-            Ok(Ok(a)) => a,
-            Ok(Err(e)) => return Err(hs_error(e, ctx)),
-            Err(_) => {
-                return Err(CommError::Timeout {
-                    ctx: Box::new(ErrorContext {
-                        op: format!("{} (handshake)", ctx.op),
-                        ..ctx
-                    }),
-                    after: self.cfg.connect_timeout,
-                });
-            }
-        };
+        let (stream, acc) = self
+            .connect_admitted(addr, deadline, &ctx, Purpose::Peer, epoch)
+            .await?;
         if acc.endpoint == self.id {
             return Err(CommError::Protocol {
                 ctx: Box::new(ctx),
@@ -263,6 +300,11 @@ fn connected_to_itself(s: &TcpStream) -> bool {
     matches!((s.local_addr(), s.peer_addr()), (Ok(a), Ok(b)) if a == b)
 }
 
+/// First pause before a dial the acceptor did not admit is tried again; it doubles up to
+/// [`NOT_ADMITTED_PAUSE_MAX`].
+const NOT_ADMITTED_PAUSE: Duration = Duration::from_millis(20);
+const NOT_ADMITTED_PAUSE_MAX: Duration = Duration::from_millis(500);
+
 /// Maps a handshake failure to the named error.
 pub(crate) fn hs_error(e: HsError, ctx: ErrorContext) -> CommError {
     let ctx = Box::new(ctx);
@@ -275,6 +317,13 @@ pub(crate) fn hs_error(e: HsError, ctx: ErrorContext) -> CommError {
                 }
             }
             _ => CommError::Io { ctx, source },
+        },
+        HsError::NotAdmitted(source) => CommError::PeerClosed {
+            ctx,
+            detail: format!(
+                "before answering the handshake (not admitted: the listener's connection caps \
+                 were full until the deadline, or it is stopping): {source}"
+            ),
         },
         HsError::Frame(f) => CommError::Protocol {
             ctx,

@@ -101,21 +101,17 @@ pub async fn join(
     };
     let started = Instant::now();
     let connect_deadline = deadline.min(Instant::now() + inner.cfg.connect_timeout);
-    let mut stream = inner
-        .connect_stream(root.addr, connect_deadline, &ctx)
-        .await?;
-    let listen = inner.listen.to_string();
-    let secret = inner.cfg.secret.clone();
-    let run = async {
-        handshake::connect(
-            &mut stream,
-            &secret,
+    let (mut stream, _) = inner
+        .connect_admitted(
+            root.addr,
+            connect_deadline,
+            &ctx,
             Purpose::Rendezvous,
-            inner.id,
-            &listen,
             epoch,
         )
         .await?;
+    let listen = inner.listen.to_string();
+    let run = async {
         let reg = Register {
             session: root.id,
             world: world as u32,

@@ -84,3 +84,70 @@ async fn a_silent_stranger_is_closed_by_the_handshake_deadline() {
     assert_eq!(server.admission().refused(Refusal::Deadline), 1);
     assert_eq!(server.admission().open, 0, "the slot was freed");
 }
+
+/// A server whose listener admits 2 handshakes per address at once.
+async fn narrow_server(handshake: Duration) -> std::sync::Arc<Endpoint> {
+    let mut cfg = ep_cfg();
+    cfg.admission = Some(Guard::new(
+        "comm",
+        Limits {
+            per_peer: 2,
+            handshake,
+            ..COMM_LIMITS
+        },
+    ));
+    Endpoint::bind(cfg).await.unwrap()
+}
+
+/// Every member of one node dialling at an epoch may take more handshake slots of a peer
+/// node's listener than it gives one address; those not admitted try again, and all link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_dialers_from_one_address_than_its_slots_all_link() {
+    let server = narrow_server(COMM_LIMITS.handshake).await;
+    let mut dialers = Vec::new();
+    for _ in 0..12 {
+        dialers.push(Endpoint::bind(ep_cfg()).await.unwrap());
+    }
+    let addr = server.listen_addr();
+    let links = futures::future::join_all(dialers.iter().map(|d| d.dial(addr, 0)));
+    let results = tokio::time::timeout(SCENARIO, links)
+        .await
+        .expect("bounded");
+    for (i, r) in results.iter().enumerate() {
+        assert!(r.is_ok(), "dialer {i}: {r:?}");
+    }
+    assert!(
+        server.admission().refused(Refusal::PerPeer) > 0,
+        "the cap was never reached: {:?}",
+        server.admission()
+    );
+}
+
+/// A listener that never admits the address (its slots held by idle connections) is a
+/// named error at the dialler's connect deadline, not a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dial_never_admitted_fails_named_at_its_deadline() {
+    let server = narrow_server(Duration::from_secs(30)).await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(
+            idle_from([127, 0, 0, 1], server.listen_addr())
+                .await
+                .unwrap(),
+        );
+    }
+    let dialer = Endpoint::bind(ep_cfg()).await.unwrap();
+    let start = Instant::now();
+    let e = tokio::time::timeout(SCENARIO, dialer.dial(server.listen_addr(), 0))
+        .await
+        .expect("bounded")
+        .expect_err("never admitted");
+    let text = e.to_string();
+    assert!(text.contains("not admitted"), "{text}");
+    assert!(
+        start.elapsed() < ep_cfg().connect_timeout + Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+    drop(held);
+}

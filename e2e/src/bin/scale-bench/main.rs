@@ -23,7 +23,7 @@ mod report;
 mod setup;
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use futures::StreamExt;
@@ -33,6 +33,7 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use args::Args;
 use driver::{Driver, OwnRequests};
+use hcomm_e2e::bench::Clock;
 use measure::Sample;
 use phases::{Scaler, group_name};
 use report::Row;
@@ -41,39 +42,11 @@ use setup::{Bench, NS};
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let args = Args::parse_from_argv(&argv).unwrap_or_else(|e| e.exit());
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("HCOMM_BENCH_LOG")
-                // The control plane's first seconds answer 500s; the client logs each.
-                .unwrap_or_else(|_| "warn,kube_client::client::builder=off".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    match runtime.block_on(bench(args, argv)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("scale-bench failed: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Progress lines, stamped with the time since the benchmark began.
-struct Clock(Instant);
-
-impl Clock {
-    fn say(&self, what: impl std::fmt::Display) {
-        eprintln!("[{:>7.1}s] {what}", self.0.elapsed().as_secs_f64());
-    }
+    hcomm_e2e::bench::main("scale-bench", bench(args, argv))
 }
 
 async fn bench(args: Args, argv: Vec<String>) -> Result<()> {
-    let clock = Clock(Instant::now());
+    let clock = Clock::start();
     if !args.no_build && std::env::var_os("CARGO").is_some() {
         clock.say("building hcomm-operator");
         setup::build_operator()?;

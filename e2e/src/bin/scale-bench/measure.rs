@@ -37,7 +37,7 @@ impl Sample {
             .await
             .context("GET the apiserver's /metrics")?;
         let operator = http_get(operator_metrics).await?;
-        let (cpu_s, rss_mib) = process(pid)?;
+        let (cpu_s, rss_mib) = hcomm_e2e::bench::process(pid)?;
         let (reconciles, buckets) = reconcile_metrics(&operator);
         Ok(Sample {
             requests: apiserver_requests(&apiserver),
@@ -196,60 +196,6 @@ fn parse_labels(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// (CPU seconds, RSS MiB) of process `pid`.
-pub fn process(pid: u32) -> Result<(f64, f64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("read /proc/{pid}/stat"))?;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("read /proc/{pid}/status"))?;
-    Ok((cpu_seconds(&stat, clock_ticks())?, rss_mib(&status)?))
-}
-
-/// utime + stime (fields 14 and 15) in seconds; the fields after the `)` of the command.
-pub fn cpu_seconds(stat: &str, ticks: f64) -> Result<f64> {
-    let after = stat
-        .rsplit_once(')')
-        .ok_or_else(|| anyhow!("no command in /proc stat"))?
-        .1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let tick = |i: usize| -> Result<f64> {
-        fields
-            .get(i)
-            .ok_or_else(|| anyhow!("short /proc stat"))?
-            .parse::<f64>()
-            .context("/proc stat field")
-    };
-    // After the command: state is field 3, so utime (14) is index 11, stime (15) 12.
-    Ok((tick(11)? + tick(12)?) / ticks)
-}
-
-/// `VmRSS:` of `/proc/<pid>/status` in MiB.
-pub fn rss_mib(status: &str) -> Result<f64> {
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .ok_or_else(|| anyhow!("no VmRSS"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()?;
-    Ok(kib / 1024.0)
-}
-
-/// The kernel's clock ticks per second (`getconf CLK_TCK`; 100 on Linux when it fails).
-fn clock_ticks() -> f64 {
-    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *TICKS.get_or_init(|| {
-        std::process::Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8(o.stdout).ok())
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(100.0)
-    })
-}
-
 /// A plain HTTP/1.0 GET of `url` (`http://host:port/path`) with a 10 s deadline.
 async fn http_get(url: &str) -> Result<String> {
     let rest = url
@@ -312,12 +258,5 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
         let (n, b) = reconcile_metrics(text);
         assert_eq!(n, 12.0);
         assert_eq!(b, vec![(0.005, 3.0), (0.1, 11.0), (f64::INFINITY, 12.0)]);
-    }
-
-    #[test]
-    fn proc_files_give_cpu_seconds_and_rss() {
-        let stat = "42 (hcomm (op)) S 1 42 42 0 -1 4194304 100 0 0 0 250 50 0 0 20 0 9 0 1 2 3";
-        assert!((cpu_seconds(stat, 100.0).unwrap() - 3.0).abs() < 1e-9);
-        assert!((rss_mib("Name:\tx\nVmRSS:\t  20480 kB\n").unwrap() - 20.0).abs() < 1e-9);
     }
 }

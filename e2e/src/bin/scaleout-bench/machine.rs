@@ -51,28 +51,13 @@ pub fn busy_between(a: (u64, u64), b: (u64, u64)) -> f64 {
 
 /// CPU seconds (user + system) the processes used so far.
 pub fn process_cpu_s(pids: &[u32]) -> f64 {
-    let hz = clock_ticks();
+    let hz = hcomm_e2e::bench::clock_ticks();
     pids.iter()
         .filter_map(|pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // Fields after the command name, which is in parentheses: state is field 3,
-            // utime 14 and stime 15.
-            let rest = stat.rsplit_once(')')?.1;
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let utime: u64 = f.get(11)?.parse().ok()?;
-            let stime: u64 = f.get(12)?.parse().ok()?;
-            Some((utime + stime) as f64 / hz)
+            hcomm_e2e::bench::cpu_seconds(&stat, hz).ok()
         })
         .sum()
-}
-
-fn clock_ticks() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
 }
 
 pub fn loadavg() -> String {

@@ -32,13 +32,13 @@ mod run;
 mod section;
 
 use std::process::ExitCode;
-use std::time::Instant;
 
 use anyhow::{Context, Result, ensure};
 use hcomm_e2e::hosts::Shaping;
 use hcomm_e2e::testbed::{self, Testbed, TestbedOptions, Timeline};
 
 use args::Args;
+use hcomm_e2e::bench::Clock;
 use link::LinkResult;
 use report::Report;
 use run::{NS, RunResult};
@@ -60,26 +60,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("HCOMM_BENCH_LOG")
-                // The control plane's first seconds answer 500s; the client logs each.
-                .unwrap_or_else(|_| "warn,kube_client::client::builder=off".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    match runtime.block_on(bench(args, argv)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("scaleout-bench failed: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    hcomm_e2e::bench::main("scaleout-bench", bench(args, argv))
 }
 
 fn exit_of(r: Result<()>) -> ExitCode {
@@ -104,17 +85,8 @@ fn effective_uid() -> Option<u32> {
         .ok()
 }
 
-/// Progress lines, stamped with the time since the benchmark began.
-pub struct Clock(Instant);
-
-impl Clock {
-    pub fn say(&self, what: impl std::fmt::Display) {
-        eprintln!("[{:>7.1}s] {what}", self.0.elapsed().as_secs_f64());
-    }
-}
-
 async fn bench(args: Args, argv: Vec<String>) -> Result<()> {
-    let clock = Clock(Instant::now());
+    let clock = Clock::start();
     if args.build() && std::env::var_os("CARGO").is_some() {
         clock.say("building hcomm-agent, hcomm-operator, hcomm-worker, hcomm-router");
         testbed::binaries::build_programs()?;
@@ -157,7 +129,7 @@ async fn bench(args: Args, argv: Vec<String>) -> Result<()> {
         results: &results,
         load_before,
         load_after,
-        wall: clock.0.elapsed(),
+        wall: clock.elapsed(),
         provenance: machine::provenance(),
     };
     println!();

@@ -13,9 +13,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
 
-use crate::Clock;
 use crate::args::{Args, Strategy};
 use crate::machine;
+use hcomm_e2e::bench::Clock;
 
 /// The namespace of every benchmark group.
 pub const NS: &str = "default";
