@@ -9,7 +9,7 @@ use hcomm_crds::contract::{POD_VERIFIED, PodReason};
 use hcomm_e2e::testbed::ExamplePools;
 use hcomm_e2e::testbed::examples::{NAMESPACE as NS, POOL_WAIT};
 use hcomm_e2e::testbed::pools::workspace_root;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
 use serde::Deserialize as _;
@@ -32,8 +32,7 @@ pub async fn an_hccl_group_without_the_hccl_runtime_is_refused_while_the_pools_s
     pools.decode_at(2).await?;
     let bed = &pools.bed;
     bed.kubectl_apply(&hccl_group(pools)?)?;
-    let client = bed.client().await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(bed.client().await?, NS);
     let selector = format!("{}={HCCL_GROUP}", hcomm_crds::contract::LABEL_GROUP);
     let t = Instant::now();
     let (pod, message) = loop {
@@ -76,25 +75,7 @@ pub async fn an_hccl_group_without_the_hccl_runtime_is_refused_while_the_pools_s
             "{pod}: the refusal should name {needed:?}: {message:?}"
         );
     }
-    let events: Api<Event> = Api::namespaced(client, NS);
-    let warned = events
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .any(|e| {
-            e.type_.as_deref() == Some("Warning")
-                && e.involved_object.name.as_deref() == Some(pod.as_str())
-                && e.reason.as_deref() == Some(PodReason::VerificationFailed.as_str())
-                && e.message
-                    .as_deref()
-                    .is_some_and(|m| m.starts_with(PodReason::HcclRuntimeUnavailable.as_str()))
-        });
-    ensure!(
-        warned,
-        "{pod}: no Warning Event with {}",
-        PodReason::HcclRuntimeUnavailable
-    );
+    check::verification_warning(bed, &pod, PodReason::HcclRuntimeUnavailable).await?;
 
     bed.kubectl(&["delete", &format!("hcg/{HCCL_GROUP}")])?;
     bed.wait_members(NS, HCCL_GROUP, 0, POOL_WAIT).await?;

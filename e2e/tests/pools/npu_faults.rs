@@ -208,7 +208,7 @@ async fn a_joiner_on_a_faulty_npu_is_refused_and_the_pool_recovers(
         took <= bound,
         "{fault:?}: {joiner} was refused {took:?} after it was created, past the connect deadline {connect:?} + {PLACEMENT_MARGIN:?}"
     );
-    warning_event(bed, &joiner, reason).await?;
+    check::verification_warning(bed, &joiner, reason).await?;
     check::clean(
         &pools.decode_load.latest(),
         &format!("decode while a joiner met {fault:?}"),
@@ -298,36 +298,6 @@ async fn the_only_free_npu(bed: &Testbed) -> Result<(usize, u32)> {
             "with decode at {FILLED} exactly one NPU should be free: {free:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// A Warning Event on `pod` saying verification failed, its message starting with
-/// `reason`.
-async fn warning_event(bed: &Testbed, pod: &str, reason: PodReason) -> Result<()> {
-    let events: Api<Event> = Api::namespaced(bed.client().await?, NS);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let found = events
-            .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
-            .await?
-            .items
-            .into_iter()
-            .any(|e| {
-                e.type_.as_deref() == Some("Warning")
-                    && e.reason.as_deref() == Some(PodReason::VerificationFailed.as_str())
-                    && e.message
-                        .as_deref()
-                        .is_some_and(|m| m.starts_with(reason.as_str()))
-            });
-        if found {
-            return Ok(());
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "no Warning {} Event on {pod} starting with {reason}",
-            PodReason::VerificationFailed
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
