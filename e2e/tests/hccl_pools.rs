@@ -112,7 +112,12 @@ async fn a_joiner_whose_hccl_collective_hangs_is_failed_and_replaced(
                  started with: {:?}\n{}{}",
                 runtime.pending_faults(),
                 timeline::render(&members, |_| String::new()),
-                worker_log_tails(pools, "decode-2-", 6)
+                hcomm_e2e::testbed::logs::worker_log_tails(
+                    &pools.bed.dir().join("logs"),
+                    NS,
+                    "decode-2-",
+                    6
+                )
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -344,47 +349,4 @@ spec:
         lib = lib.display(),
         out = out.display(),
     )
-}
-
-/// The last `lines` lines of each worker log of the Pods named `prefix*`, without
-/// terminal colours: what a failure message needs when the testbed's logs are gone (a CI
-/// machine keeps only the test's output).
-fn worker_log_tails(pools: &ExamplePools, prefix: &str, lines: usize) -> String {
-    let dir = pools.bed.dir().join("logs");
-    let mut out = String::new();
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return format!("(no logs in {})", dir.display());
-    };
-    let mut names: Vec<_> = entries
-        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-        .filter(|n| n.starts_with(&format!("{NS}_{prefix}")) && n.ends_with("_worker.log"))
-        .collect();
-    names.sort();
-    for name in names {
-        let text = std::fs::read_to_string(dir.join(&name)).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        out.push_str(&format!("--- {name}, last {lines} lines:\n"));
-        for line in &all[all.len().saturating_sub(lines)..] {
-            out.extend(strip_ansi(line).chars().take(400));
-            out.push('\n');
-        }
-    }
-    out
-}
-
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }

@@ -21,7 +21,7 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::Api;
 
 use super::Clock;
-use crate::testbed::autoscaling::{Autoscaling, example_scaled_object};
+use crate::testbed::autoscaling::{Autoscaling, example_scaled_object, wait_hpa_reads};
 use crate::testbed::examples::{NAMESPACE, POOL_WAIT};
 use crate::testbed::{self, LoadOptions, LoadRun, Result, Testbed};
 
@@ -98,7 +98,7 @@ pub async fn run(
 
     let offered = Arc::new(AtomicU32::new(base));
     let sampler = Sampler::start(bed.client().await?, chain.clone(), offered.clone());
-    let hpa_read = wait_hpa_reads(&sampler, bed).await?;
+    let hpa_read = wait_hpa_reads(bed, NAMESPACE, HPA, 1, POOL_WAIT).await?;
     clock.say(format!("{HPA}: {hpa_read}"));
     tokio::time::sleep(hold).await;
 
@@ -242,46 +242,6 @@ impl Sampler {
         self.task.abort();
         let _ = self.task.await;
         std::mem::take(&mut *self.samples.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-}
-
-/// Waits until the HPA says it read its metric (`ScalingActive=True`) and returns the
-/// condition's reason and message.
-async fn wait_hpa_reads(sampler: &Sampler, bed: &Testbed) -> Result<String> {
-    let deadline = Instant::now() + POOL_WAIT;
-    let client = bed.client().await?;
-    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client, NAMESPACE);
-    loop {
-        let active = hpas
-            .get_opt(HPA)
-            .await
-            .ok()
-            .flatten()
-            .and_then(|h| h.status)
-            .and_then(|s| s.conditions)
-            .into_iter()
-            .flatten()
-            .find(|c| c.type_ == "ScalingActive" && c.status == "True");
-        if let (
-            Some(c),
-            Some(Sample {
-                desired: Some(_), ..
-            }),
-        ) = (active, sampler.latest())
-        {
-            return Ok(format!(
-                "{}: {}",
-                c.reason.unwrap_or_default(),
-                c.message.unwrap_or_default()
-            ));
-        }
-        if Instant::now() > deadline {
-            return Err(testbed::Error::Timeout {
-                what: format!("the HPA {HPA} to read its metric through KEDA"),
-                after: POOL_WAIT,
-            });
-        }
-        tokio::time::sleep(SAMPLE_EVERY).await;
     }
 }
 

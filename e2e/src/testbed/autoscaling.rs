@@ -21,8 +21,10 @@ use super::error::{Error, Result};
 use super::{Testbed, stop_child};
 use crate::controlplane::{KEDA_CRDS, KEDA_RBAC, free_ports, http_get, keda, prometheus};
 
+mod hpa;
 mod manifests;
 
+pub use hpa::wait_hpa_reads;
 pub use manifests::example_scaled_object;
 use manifests::{aggregation_manifests, prometheus_config};
 

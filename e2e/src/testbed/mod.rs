@@ -26,6 +26,7 @@ pub mod hccl_runtime;
 pub mod kubelet;
 pub mod launch;
 pub mod load;
+pub mod logs;
 pub mod npus;
 pub mod pools;
 pub mod ranktables;

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail, ensure};
-use hcomm_e2e::testbed::autoscaling::{Autoscaling, example_scaled_object};
+use hcomm_e2e::testbed::autoscaling::{Autoscaling, example_scaled_object, wait_hpa_reads};
 use hcomm_e2e::testbed::examples::{NAMESPACE as NS, POOL_WAIT};
 use hcomm_e2e::testbed::{ExamplePools, LoadOptions, Testbed};
 
@@ -35,7 +35,7 @@ pub async fn keda_scales_decode_on_load_through_the_hpa_and_back(
         example_scaled_object("keda-decode.yaml", &chain.prometheus_url(), MIN, MAX)?;
     pools.bed.kubectl_apply(&scaled_object)?;
     let hpa = "keda-hpa-decode";
-    let read = wait_metric_read(&pools.bed, hpa, 1).await?;
+    let read = wait_hpa_reads(&pools.bed, NS, hpa, 1, POOL_WAIT).await?;
     eprintln!("autoscaling: {hpa} reads the metric: {read}");
 
     let step = pools.bed.start_load(&LoadOptions {
@@ -96,7 +96,7 @@ pub async fn keda_scales_decode_on_load_through_the_hpa_and_back(
         let object = example_scaled_object(file, &chain.prometheus_url(), MIN, MIN)?;
         pools.bed.kubectl_apply(&object)?;
         let hpa = format!("keda-hpa-{name}");
-        let read = wait_metric_read(&pools.bed, &hpa, triggers).await?;
+        let read = wait_hpa_reads(&pools.bed, NS, &hpa, triggers, POOL_WAIT).await?;
         eprintln!("autoscaling: {file}: {hpa} reads its {triggers} metric(s): {read}");
         pools
             .bed
@@ -120,47 +120,6 @@ pub async fn keda_scales_decode_on_load_through_the_hpa_and_back(
         &pools.prefill_load.latest(),
         "prefill, SLO autoscalers applied",
     )
-}
-
-/// Waits until the HPA's status has a current value of each of its `metrics` external
-/// metrics and says `ScalingActive=True` (it read them through `external.metrics.k8s.io`);
-/// returns that condition's reason and message.
-async fn wait_metric_read(bed: &Testbed, hpa: &str, metrics: usize) -> Result<String> {
-    let deadline = Instant::now() + POOL_WAIT;
-    loop {
-        let json = bed
-            .kubectl(&["get", "hpa", hpa, "-n", NS, "-o", "json"])
-            .unwrap_or_default();
-        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&json) {
-            let read = v["status"]["currentMetrics"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|m| m["type"] == "External" && m["external"]["current"].is_object())
-                .count();
-            let external = read >= metrics;
-            let active = v["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == "ScalingActive" && c["status"] == "True");
-            if let (true, Some(c)) = (external, active) {
-                return Ok(format!(
-                    "{}: {}",
-                    c["reason"].as_str().unwrap_or_default(),
-                    c["message"].as_str().unwrap_or_default()
-                ));
-            }
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "the HPA {hpa} never read its metric within {POOL_WAIT:?}; last: {json}\n\
-                 (logs: {}/logs: keda-operator, keda-adapter, prometheus)",
-                bed.dir().display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 /// Waits until decode's `spec.replicas` is `n`: what only the HPA changes here.
