@@ -263,20 +263,63 @@ impl Context {
     /// recomputes the union the probes read.
     pub fn set_member_peers(&self, key: &str, peers: Option<&[(String, String)]>) {
         let mut by_member = self.member_peers.lock().unwrap_or_else(|e| e.into_inner());
-        match peers {
-            Some(p) => {
-                by_member.insert(key.to_owned(), p.to_vec());
-            }
-            None => {
-                by_member.remove(key);
-            }
-        }
-        let mut union: Vec<(String, String)> = Vec::new();
-        for x in by_member.values().flatten() {
-            if !union.contains(x) {
-                union.push(x.clone());
-            }
-        }
+        let union = replace_member_peers(&mut by_member, key, peers);
         *self.peers.lock().unwrap_or_else(|e| e.into_inner()) = union;
+    }
+}
+
+/// Replaces member `key`'s probe peers with `peers` (removes them on None) and returns
+/// the union over all members, each peer once (pure). A member's set is replaced, never
+/// merged, at each epoch: a peer the member's new rank table no longer names (a node that
+/// left, or a forged table's server) is probed no more once no member names it.
+fn replace_member_peers(
+    by_member: &mut std::collections::BTreeMap<String, Vec<(String, String)>>,
+    key: &str,
+    peers: Option<&[(String, String)]>,
+) -> Vec<(String, String)> {
+    match peers {
+        Some(p) => {
+            by_member.insert(key.to_owned(), p.to_vec());
+        }
+        None => {
+            by_member.remove(key);
+        }
+    }
+    let mut union: Vec<(String, String)> = Vec::new();
+    for x in by_member.values().flatten() {
+        if !union.contains(x) {
+            union.push(x.clone());
+        }
+    }
+    union
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::replace_member_peers;
+
+    fn peer(node: &str) -> (String, String) {
+        (node.to_owned(), format!("{node}-ip"))
+    }
+
+    #[test]
+    fn a_later_epoch_prunes_the_peers_its_table_no_longer_names() {
+        let mut by_member = BTreeMap::new();
+        let union = replace_member_peers(&mut by_member, "ns/a-0", Some(&[peer("n1"), peer("n2")]));
+        assert_eq!(union, vec![peer("n1"), peer("n2")]);
+        // Another member shares n2.
+        let union = replace_member_peers(&mut by_member, "ns/b-0", Some(&[peer("n2")]));
+        assert_eq!(union, vec![peer("n1"), peer("n2")]);
+        // a-0's next epoch names n3 instead of n1 and n2: n1 goes, n2 stays for b-0.
+        let union = replace_member_peers(&mut by_member, "ns/a-0", Some(&[peer("n3")]));
+        assert_eq!(union, vec![peer("n3"), peer("n2")]);
+        // b-0 leaves: only a-0's peers remain; a-0 leaves: none.
+        assert_eq!(
+            replace_member_peers(&mut by_member, "ns/b-0", None),
+            vec![peer("n3")]
+        );
+        assert!(replace_member_peers(&mut by_member, "ns/a-0", None).is_empty());
     }
 }

@@ -283,6 +283,10 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 #[cfg(test)]
+#[path = "auth_fuzz.rs"]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
