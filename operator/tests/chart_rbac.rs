@@ -36,7 +36,22 @@ fn the_operator_scales_out_and_drains_with_only_the_charts_rbac() {
             matches!(&refused, Err(kube::Error::Api(status)) if status.code == 403),
             "deleting a Node as the operator's ServiceAccount must be forbidden: {refused:?}"
         );
+        // The Secret of a group that went while no operator ran, and a Secret that only
+        // carries the group label (not named as a group's): the sweep at leadership start
+        // deletes the first and leaves the second.
+        let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+            kube::Api::namespaced(cluster.client.clone(), RELEASE_NAMESPACE);
+        let (orphan, foreign) = planted_secrets(&secrets).await?;
         let operator = Operator::start_as(&cluster, "rbac", &kubeconfig, RELEASE_NAMESPACE)?;
+        wait_until("the sweep of the vanished group's Secret", || async {
+            secrets.get_opt(&orphan).await.ok()?.is_none().then_some(())
+        })
+        .await
+        .with_context(|| operator.log_tail())?;
+        ensure!(
+            secrets.get_opt(&foreign).await?.is_some(),
+            "the sweep deleted {foreign}, which is not a group's Secret"
+        );
 
         // Create and serve one member, then scale out to three.
         cluster
@@ -157,6 +172,29 @@ fn the_operator_scales_out_and_drains_with_only_the_charts_rbac() {
         ensure!(lease.status.success(), "no Lease in {RELEASE_NAMESPACE}");
         Ok(())
     });
+}
+
+/// Creates, as the admin, the Secret a group with a UID that no longer exists would have
+/// had, and one labelled like it but named otherwise; returns their names.
+async fn planted_secrets(
+    api: &kube::Api<k8s_openapi::api::core::v1::Secret>,
+) -> anyhow::Result<(String, String)> {
+    use hcomm_crds::contract::secrets;
+    let gone = "00000000-0000-4000-8000-00000000dead";
+    let orphan = secrets::secret_name(gone);
+    let foreign = "not-a-group-secret".to_owned();
+    for name in [&orphan, &foreign] {
+        let secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": RELEASE_NAMESPACE, "labels": {
+                (secrets::LABEL_SECRET_GROUP_NAMESPACE): "default",
+                (secrets::LABEL_SECRET_GROUP_NAME): "gone",
+                (secrets::LABEL_SECRET_GROUP_UID): gone,
+            }},
+            "data": {(secrets::SECRET_KEY): k8s_openapi::ByteString(vec![1; secrets::SECRET_LEN])}
+        }))?;
+        api.create(&Default::default(), &secret).await?;
+    }
+    Ok((orphan, foreign))
 }
 
 /// The name and bytes of the Secret the operator made for group `name` (in the release
