@@ -20,7 +20,6 @@ pub mod config;
 pub mod diagnose;
 pub mod error;
 pub mod group_secrets;
-pub mod guarded;
 pub mod health;
 pub mod inventory;
 pub mod local_api;

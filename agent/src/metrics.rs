@@ -4,13 +4,13 @@
 //! The metrics also hold the admission guards of the node's listeners ([`Listeners`]):
 //! their counters become `hcomm_agent_listener_refused_total{listener,reason}` and
 //! `hcomm_agent_listener_open{listener}` at every scrape, and the metrics listener itself
-//! is guarded (`crate::guarded`).
+//! is guarded (`hcomm_comm::http_listener`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use hcomm_comm::listen::{Guard, Limits, Refusal};
+use hcomm_comm::http_listener::{GuardedListener, SCRAPE_CONNECTION_LIFETIME, SCRAPE_LIMITS};
+use hcomm_comm::listen::{Guard, Refusal};
 
 use prometheus::{
     Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -61,25 +61,13 @@ pub struct Listeners {
     pub metrics: Arc<Guard>,
 }
 
-/// Admission of the metrics listener: a scraper keeps one connection; 8 per address and
-/// 64 in all are plenty. A connection idle for 10 s is closed, and none lives past
-/// [`METRICS_CONNECTION_LIFETIME`] (so one byte now and then cannot hold a slot).
-pub const METRICS_LIMITS: Limits = Limits {
-    per_peer: 8,
-    total: 64,
-    handshake: Duration::from_secs(10),
-    idle: Duration::from_secs(10),
-};
-/// The most a metrics connection lives.
-pub const METRICS_CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
-
 impl Listeners {
     fn new() -> Listeners {
         Listeners {
             probe: Guard::new("probe", crate::nic::probe::LIMITS),
             weights: Guard::new("weights", crate::weights::server::LIMITS),
             comm: Guard::new("comm", hcomm_comm::tcp::COMM_LIMITS),
-            metrics: Guard::new("metrics", METRICS_LIMITS),
+            metrics: Guard::new("metrics", SCRAPE_LIMITS),
         }
     }
 
@@ -310,10 +298,10 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     use axum::http::StatusCode;
     use axum::routing::get;
-    let guarded = crate::guarded::GuardedListener::new(
+    let guarded = GuardedListener::new(
         listener,
         metrics.listeners.metrics.clone(),
-        METRICS_CONNECTION_LIFETIME,
+        SCRAPE_CONNECTION_LIFETIME,
     );
     let answer = |(ok, body): (bool, String)| {
         let status = if ok {
@@ -360,6 +348,8 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hcomm_comm::listen::Limits;
+    use std::time::Duration;
 
     #[test]
     fn the_exposition_has_the_prefix_and_every_phase() {
@@ -428,7 +418,7 @@ mod tests {
             "metrics",
             Limits {
                 idle,
-                ..METRICS_LIMITS
+                ..SCRAPE_LIMITS
             },
         );
         let l = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();

@@ -1,8 +1,14 @@
 //! Prometheus metrics (prefix `hcomm_operator_`) and the `/metrics`, `/healthz`, `/readyz`
 //! server. One registry per process; the server takes its listener and a shutdown future.
+//!
+//! The server's port is reachable from every Pod of the cluster (Prometheus scrapes it, the
+//! kubelet probes it), tenants' Pods included. Its connections are admitted as the agent's
+//! are (`hcomm_comm::http_listener`): a few per address, a bounded total, closed when idle
+//! or old, so idle or trickling connections cannot hold the operator's descriptors and
+//! tasks (issue 17). Refusals are counted in `hcomm_operator_listener_refused_total`.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::State;
@@ -15,6 +21,8 @@ use prometheus::{
 };
 use tokio::net::TcpListener;
 
+use hcomm_comm::http_listener::{GuardedListener, SCRAPE_CONNECTION_LIFETIME, SCRAPE_LIMITS};
+use hcomm_comm::listen::{Guard, Limits, Refusal};
 use hcomm_crds::MemberPhase;
 
 use crate::links::LinkCounts;
@@ -38,6 +46,14 @@ pub struct Metrics {
     pub leader: IntGauge,
     /// Directed links between a group's member nodes, by state.
     pub links: IntGaugeVec,
+    /// Admission of the metrics and probe listener.
+    pub listener: Arc<Guard>,
+    /// Connections the listener closed unserved, by reason (folded from `listener`).
+    listener_refused: IntCounterVec,
+    /// Connections the listener holds now.
+    listener_open: IntGauge,
+    /// Serialises folding `listener`'s counters (concurrent scrapes).
+    fold: Arc<Mutex<()>>,
 }
 
 /// The `state` label values of [`Metrics::links`].
@@ -62,8 +78,13 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Creates and registers every metric.
+    /// Creates and registers every metric; the listener admits by [`SCRAPE_LIMITS`].
     pub fn new() -> Self {
+        Self::with_listener_limits(SCRAPE_LIMITS)
+    }
+
+    /// [`Metrics::new`] with the listener's caps and deadlines given (tests shorten them).
+    pub fn with_listener_limits(limits: Limits) -> Self {
         let registry =
             Registry::new_custom(Some("hcomm_operator".into()), None).expect("valid prefix");
         let reconciles = IntCounter::new("reconciles_total", "Reconciles started.").expect("valid");
@@ -104,8 +125,24 @@ impl Metrics {
             &["namespace", "group", "state"],
         )
         .expect("valid");
+        let listener_refused = IntCounterVec::new(
+            Opts::new(
+                "listener_refused_total",
+                "Connections the metrics and probe listener closed unserved, by reason \
+                 (per_peer_cap, total_cap, deadline, idle).",
+            ),
+            &["reason"],
+        )
+        .expect("valid");
+        let listener_open = IntGauge::new(
+            "listener_open_connections",
+            "Connections the metrics and probe listener holds now.",
+        )
+        .expect("valid");
         for collector in [
-            Box::new(reconciles.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(listener_refused.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(listener_open.clone()),
+            Box::new(reconciles.clone()),
             Box::new(errors.clone()),
             Box::new(duration.clone()),
             Box::new(members.clone()),
@@ -124,7 +161,25 @@ impl Metrics {
             scale_to_ready,
             leader,
             links,
+            listener: Guard::new("metrics", limits),
+            listener_refused,
+            listener_open,
+            fold: Arc::default(),
         }
+    }
+
+    /// Folds the listener's admission counters into the exported metrics.
+    fn fold_listener(&self) {
+        let _one_at_a_time = self.fold.lock().unwrap_or_else(|e| e.into_inner());
+        let counts = self.listener.counts();
+        for reason in Refusal::ALL {
+            let counter = self.listener_refused.with_label_values(&[reason.label()]);
+            let seen = counts.refused(reason);
+            if seen > counter.get() {
+                counter.inc_by(seen - counter.get());
+            }
+        }
+        self.listener_open.set(counts.open as i64);
     }
 
     /// Sets the link gauges of one group (every state, zeros included, so an alert on
@@ -164,6 +219,7 @@ impl Metrics {
 
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
+        self.fold_listener();
         let mut buffer = Vec::new();
         let encoder = TextEncoder::new();
         if encoder
@@ -176,8 +232,9 @@ impl Metrics {
     }
 }
 
-/// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until `shutdown` completes.
-/// `/readyz` answers from `readiness` (503 until ready; see [`crate::readiness`]).
+/// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until `shutdown` completes,
+/// admitting connections through `metrics.listener` with its deadlines. `/readyz` answers
+/// from `readiness` (503 until ready; see [`crate::readiness`]).
 pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
@@ -197,8 +254,13 @@ pub async fn serve(
         .route("/metrics", get(render))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", readyz)
-        .with_state(metrics);
-    axum::serve(listener, app)
+        .with_state(metrics.clone());
+    let guarded = GuardedListener::new(
+        listener,
+        metrics.listener.clone(),
+        SCRAPE_CONNECTION_LIFETIME,
+    );
+    axum::serve(guarded, app)
         .with_graceful_shutdown(shutdown)
         .await
 }
@@ -214,6 +276,87 @@ async fn render(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    /// Reads until the peer closes or fails the connection, within `within`; false if
+    /// it is still open then.
+    async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 256];
+        let read = async {
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        };
+        tokio::time::timeout(within, read).await.is_ok()
+    }
+
+    /// GET `path` on a fresh connection: the status line.
+    async fn get_status(addr: std::net::SocketAddr, path: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut out))
+            .await
+            .expect("answered within 5 s")
+            .unwrap();
+        out.lines().next().unwrap_or_default().to_owned()
+    }
+
+    #[tokio::test]
+    async fn idle_connections_beyond_an_address_share_are_refused_and_the_rest_time_out() {
+        let limits = Limits {
+            per_peer: 2,
+            total: 8,
+            handshake: Duration::from_millis(300),
+            idle: Duration::from_millis(300),
+        };
+        let metrics = Arc::new(Metrics::with_listener_limits(limits));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(
+            listener,
+            metrics.clone(),
+            Arc::new(Readiness::default()),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        // Two idle connections take this address's share; a third is closed at once.
+        let mut idle = Vec::new();
+        for _ in 0..2 {
+            idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert!(
+            closed_within(&mut third, Duration::from_secs(2)).await,
+            "a third connection from one address was kept"
+        );
+        // The idle two are closed after the idle deadline; then the address is served.
+        for s in &mut idle {
+            assert!(
+                closed_within(s, Duration::from_secs(5)).await,
+                "an idle connection was kept past its deadline"
+            );
+        }
+        assert!(get_status(addr, "/healthz").await.contains("200"));
+        let text = metrics.render();
+        for line in [
+            r#"hcomm_operator_listener_refused_total{reason="per_peer_cap"} 1"#,
+            r#"hcomm_operator_listener_refused_total{reason="idle"} 2"#,
+        ] {
+            assert!(text.contains(line), "no {line} in:\n{text}");
+        }
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
+    }
 
     #[test]
     fn metrics_render_in_text_format_with_the_prefix() {

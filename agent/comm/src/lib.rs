@@ -15,6 +15,8 @@ pub mod frame;
 /// The HCCL backend (Ascend NPUs, `dlopen`ed at run time); the crate's only `unsafe` lives in
 /// its FFI module.
 pub mod hccl;
+#[cfg(feature = "http")]
+pub mod http_listener;
 pub mod listen;
 pub mod reduce;
 pub mod schedule;

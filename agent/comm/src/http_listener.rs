@@ -1,4 +1,5 @@
-//! An HTTP listener with admission and deadlines, for the agent's metrics endpoint.
+//! An HTTP listener with admission and deadlines, for the metrics and probe endpoints of
+//! the agent and the operator (feature `http`).
 //!
 //! `axum::serve` on a bare `TcpListener` keeps a connection as long as the client likes: a
 //! client that opens many connections and sends nothing (or one byte now and then) holds
@@ -15,10 +16,25 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hcomm_comm::listen::{Guard, Refusal, Slot};
+use crate::listen::{Guard, Limits, Refusal, Slot};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, Sleep};
+
+/// Admission of a metrics and probe endpoint: a scraper and the kubelet's probes keep a
+/// connection or two each, so 8 per address are plenty. The total is high on purpose: the
+/// kubelet's liveness probe shares this port, and a small total would let a few tenant
+/// Pods (8 addresses at 8 each) fail it and restart the process; 1024 idle connections
+/// cost a few MiB. A connection idle for 10 s is closed, and none lives past
+/// [`SCRAPE_CONNECTION_LIFETIME`].
+pub const SCRAPE_LIMITS: Limits = Limits {
+    per_peer: 8,
+    total: 1024,
+    handshake: Duration::from_secs(10),
+    idle: Duration::from_secs(10),
+};
+/// The most a metrics or probe connection lives (one byte now and then cannot hold a slot).
+pub const SCRAPE_CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 
 /// A TCP listener whose connections are admitted by `guard` and bounded in time.
 pub struct GuardedListener {
@@ -49,7 +65,7 @@ impl axum::serve::Listener for GuardedListener {
                     Ok(x) => x,
                     Err(e) => {
                         // EMFILE and friends: back off instead of spinning.
-                        tracing::debug!(error = %e, "metrics accept failed");
+                        tracing::debug!(listener = self.guard.name(), error = %e, "accept failed");
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
