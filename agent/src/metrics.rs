@@ -28,6 +28,7 @@ pub struct Metrics {
     pub sync_bytes: IntCounter,
     pub sync_throughput: Gauge,
     pub weights_versions_removed: IntCounter,
+    pub weights_partials_removed: IntCounter,
     pub weights_links_removed: IntCounter,
     pub probe_latency: HistogramVec,
     pub link_up: IntGaugeVec,
@@ -108,6 +109,11 @@ impl Metrics {
             weights_versions_removed: IntCounter::with_opts(opts(
                 "weights_versions_removed_total",
                 "Weights versions removed after no link used them for the grace period",
+            ))
+            .expect("metric"),
+            weights_partials_removed: IntCounter::with_opts(opts(
+                "weights_partials_removed_total",
+                "Weights fetches stopped part-way removed after no fetch resumed them for the grace period",
             ))
             .expect("metric"),
             weights_links_removed: IntCounter::with_opts(opts(
@@ -204,6 +210,8 @@ impl Metrics {
         r.register(Box::new(m.weights_versions_removed.clone()))
             .expect("register");
         r.register(Box::new(m.weights_links_removed.clone()))
+            .expect("register");
+        r.register(Box::new(m.weights_partials_removed.clone()))
             .expect("register");
         r.register(Box::new(m.probe_latency.clone()))
             .expect("register");

@@ -244,8 +244,9 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     Ok(())
 }
 
-/// Removes the weights links of groups that left this node and the versions no link has
-/// pointed at, each after `grace` (see `weights::gc`),
+/// Removes the weights links of groups that left this node, the versions no link has
+/// pointed at and the fetches stopped part-way that none resumed, each after `grace`
+/// (see `weights::gc`),
 /// looking every quarter of the grace (between 1 s and 1 min).
 async fn weights_gc_loop(ctx: Arc<Context>, store: WeightStore, grace: std::time::Duration) {
     use std::time::{Duration, Instant};
@@ -282,6 +283,10 @@ async fn weights_gc_loop(ctx: Arc<Context>, store: WeightStore, grace: std::time
                 for set in removed.versions {
                     tracing::info!(%set, ?grace, "removed a weights version no link used within the grace period");
                     ctx.metrics.weights_versions_removed.inc();
+                }
+                for set in removed.partials {
+                    tracing::info!(%set, ?grace, "removed a weights fetch stopped part-way that no fetch resumed within the grace period");
+                    ctx.metrics.weights_partials_removed.inc();
                 }
             }
             Err(e) => tracing::warn!(error = %e, "weights cleanup failed; trying again later"),

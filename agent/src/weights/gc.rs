@@ -3,15 +3,18 @@
 //! Every rolling update leaves the previous version under `versions/<hex>` once the last
 //! group link has moved off it, and every group that leaves a node leaves its link (and so
 //! its version) behind; without removal a node's disk fills one model version at a time.
-//! Two rules, each with a grace period:
+//! Three rules, each with a grace period:
 //! - a group's link goes once the group has had no member Pod on this node for `grace`
 //!   (the member driver tells which groups have one); then its version is unlinked;
 //! - a complete version goes once no link in the store (the store-wide `current` or any
-//!   group's) has pointed at it for `grace`.
+//!   group's) has pointed at it for `grace`;
+//! - a partial set (a fetch that failed or was abandoned, its staging kept for a resume)
+//!   goes once no fetch has held it for `grace`.
 //!
 //! The grace is long enough for a worker that still reads through an old path to finish,
-//! and for a member that comes back (a rollback, a group scaled to zero and up again) to
-//! find its weights without a transfer. Sets still being fetched are never touched.
+//! for a member that comes back (a rollback, a group scaled to zero and up again) to find
+//! its weights without a transfer, and for a failed fetch's retry to resume. Sets being
+//! fetched are never touched.
 //! [`Collector`] decides (pure, given the time); [`collect`] acts on a store.
 
 use std::collections::{BTreeSet, HashMap};
@@ -58,19 +61,21 @@ impl<K: Ord + Hash + Clone> Collector<K> {
     }
 }
 
-/// The cleanup state of one store: both rules' collectors.
+/// The cleanup state of one store: each rule's collector.
 #[derive(Debug)]
 pub struct Cleanup {
     links: Collector<CurrentLink>,
     versions: Collector<Digest>,
+    partials: Collector<Digest>,
 }
 
 impl Cleanup {
-    /// Removes links and versions unused for `grace`.
+    /// Removes links, versions and partial sets unused for `grace`.
     pub fn new(grace: Duration) -> Cleanup {
         Cleanup {
             links: Collector::new(grace),
             versions: Collector::new(grace),
+            partials: Collector::new(grace),
         }
     }
 }
@@ -82,13 +87,16 @@ pub struct Removed {
     pub links: Vec<CurrentLink>,
     /// Versions no link used.
     pub versions: Vec<Digest>,
+    /// Partial sets no fetch held.
+    pub partials: Vec<Digest>,
 }
 
 /// One pass over `store`. `groups_here` gives the links of the groups with a member Pod on
 /// this node, or None while that is not known yet (no link is judged then); it is asked
 /// again right before each removal, so a group that arrived meanwhile keeps its link.
 /// A version a link moved back onto between the plan and the removal is kept
-/// ([`WeightStore::remove_unused`] re-checks under the store's link lock). Blocking
+/// ([`WeightStore::remove_unused`] re-checks under the store's link lock), and so is a
+/// partial set a fetch took up again ([`WeightStore::remove_partial`]). Blocking
 /// (directory removal).
 pub fn collect(
     store: &WeightStore,
@@ -110,6 +118,13 @@ pub fn collect(
     for digest in cleanup.versions.plan(now, &complete, &in_use) {
         if store.remove_unused(&digest)? {
             removed.versions.push(digest);
+        }
+    }
+    let partial = store.partial_sets()?;
+    let fetching = store.partial_sets_in_use();
+    for digest in cleanup.partials.plan(now, &partial, &fetching) {
+        if store.remove_partial(&digest)? {
+            removed.partials.push(digest);
         }
     }
     Ok(removed)
@@ -274,6 +289,39 @@ mod tests {
         assert!(store.link_path(&b).join("w.bin").is_file());
         // The store-wide link is never a group's to remove.
         assert!(!store.remove_link(&CurrentLink::node()).unwrap());
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+
+    #[test]
+    fn a_fetch_abandoned_part_way_is_removed_after_the_grace_and_a_running_one_never() {
+        let tmp = crate::weights::test_dirs::fresh("gc", "partial");
+        let store = WeightStore::open(tmp.join("store")).expect("store");
+        let src = tmp.join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::write(src.join("w.bin"), vec![7u8; 10_000]).unwrap();
+        let m = crate::weights::Manifest::build(&src, 4096).unwrap();
+        let digest = m.digest();
+        let nowhere = || None;
+        let grace = Duration::from_secs(10);
+        let mut c = Cleanup::new(grace);
+        let t0 = Instant::now();
+
+        // A running fetch holds its set: never removed, however long it runs.
+        let (running, _) = store.begin(m.clone(), m.canonical_bytes()).unwrap();
+        for k in 0..4 {
+            let r = collect(&store, &mut c, t0 + grace * k, &nowhere).unwrap();
+            assert!(r.partials.is_empty(), "{r:?}");
+        }
+        // It fails and lets go: the staging stays for a retry through the grace, then goes.
+        drop(running);
+        let t1 = t0 + grace * 4;
+        let r = collect(&store, &mut c, t1, &nowhere).unwrap();
+        assert!(r.partials.is_empty(), "{r:?}");
+        assert!(store.root().join("staging").join(digest.hex()).is_dir());
+        let r = collect(&store, &mut c, t1 + grace, &nowhere).unwrap();
+        assert_eq!(r.partials, vec![digest]);
+        assert!(!store.root().join("staging").join(digest.hex()).exists());
+        assert!(store.have(&digest).is_none());
         let _ = std::fs::remove_dir_all(&tmp);
     }
 }

@@ -26,7 +26,8 @@
 //! is removed, never served or activated; chunks are read back with `O_NOFOLLOW`.
 //! Staging holds only resumable fetches (`staging/<hex>`, whose manifest is on disk and
 //! whose chunks were each verified before they were written); an import's staging and
-//! anything else found there at open are leftovers of a crash and are removed.
+//! anything else found there at open are leftovers of a crash and are removed. A
+//! resumable fetch nobody resumes is removed by the cleanup (`weights::gc`).
 //!
 //! The same store answers the chunk server: a verified chunk (of a complete set, or of one
 //! still being fetched — that is what lets joiners serve each other) is located by digest
@@ -47,6 +48,7 @@ use super::source::SourceDir;
 
 mod disk;
 mod import;
+mod partial;
 #[cfg(test)]
 mod safety_tests;
 mod set;
@@ -74,6 +76,9 @@ struct Inner {
     /// Held while a link moves and while an unused version is removed, so a version is
     /// never removed between a check that nothing links it and a link moving onto it.
     links: Mutex<()>,
+    /// Held while a fetch begins (or resumes) a set and while a partial set is removed
+    /// (`partial`), so a removal never pulls the staging from under a starting fetch.
+    staging: Mutex<()>,
 }
 
 /// Where a verified chunk can be read.
@@ -100,6 +105,7 @@ impl WeightStore {
                 root,
                 sets: Mutex::new(HashMap::new()),
                 links: Mutex::new(()),
+                staging: Mutex::new(()),
             }),
         };
         store.clean_staging()?;

@@ -339,7 +339,6 @@ fn held_as_standby(pod: &Pod) -> bool {
         })
 }
 
-/// A label's value.
 /// A Pod condition as (status, reason, message), when the Pod has it.
 pub fn condition_of(p: &Pod, type_: &str) -> Option<(String, String, String)> {
     let c = p
@@ -356,11 +355,13 @@ pub fn condition_of(p: &Pod, type_: &str) -> Option<(String, String, String)> {
     ))
 }
 
+/// A label's value.
 fn label(p: &Pod, key: &str) -> Option<String> {
     p.metadata.labels.as_ref()?.get(key).cloned()
 }
 
-fn is_ready(pod: &Pod) -> bool {
+/// The Pod's `Ready` condition is True (every readiness gate is).
+pub fn is_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())

@@ -112,14 +112,7 @@ pub async fn keda_scales_decode_on_load_through_the_hpa_and_back(
             .is_err(),
         "the external metrics APIService outlived the chain"
     );
-    check::clean(
-        &pools.decode_load.latest(),
-        "decode, SLO autoscalers applied",
-    )?;
-    check::clean(
-        &pools.prefill_load.latest(),
-        "prefill, SLO autoscalers applied",
-    )
+    check::pools_clean(pools, "with the SLO autoscalers applied")
 }
 
 /// Waits until decode's `spec.replicas` is `n`: what only the HPA changes here.

@@ -79,14 +79,7 @@ pub async fn an_hccl_group_without_the_hccl_runtime_is_refused_while_the_pools_s
 
     bed.kubectl(&["delete", &format!("hcg/{HCCL_GROUP}")])?;
     bed.wait_members(NS, HCCL_GROUP, 0, POOL_WAIT).await?;
-    check::clean(
-        &pools.decode_load.latest(),
-        "decode beside a refused hccl group",
-    )?;
-    check::clean(
-        &pools.prefill_load.latest(),
-        "prefill beside a refused hccl group",
-    )
+    check::pools_clean(pools, "beside a refused hccl group")
 }
 
 /// The Pod's `hcomm.io/verified` as (status, reason, message).

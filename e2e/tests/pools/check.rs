@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, ensure};
 use hcomm_crds::contract::PodReason;
 use hcomm_e2e::testbed::examples::NAMESPACE as NS;
-use hcomm_e2e::testbed::{LoadStats, Testbed};
+use hcomm_e2e::testbed::{ExamplePools, LoadStats, Testbed};
 use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use kube::api::ListParams;
@@ -17,10 +17,32 @@ pub fn clean(s: &LoadStats, when: &str) -> Result<()> {
     s.ensure_clean(when).map_err(anyhow::Error::msg)
 }
 
+/// Both example pools' loads are [`clean`] so far; `when` completes "decode …" and
+/// "prefill …" in the message.
+pub fn pools_clean(pools: &ExamplePools, when: &str) -> Result<()> {
+    clean(&pools.decode_load.latest(), &format!("decode {when}"))?;
+    clean(&pools.prefill_load.latest(), &format!("prefill {when}"))
+}
+
 /// A Warning Event on `pod` saying verification failed, its message starting with
-/// `reason`. The agent posts it after the condition patch, so it may trail the condition a
-/// moment: it is waited for, within a bound.
+/// `reason` (see [`warning_event`]).
 pub async fn verification_warning(bed: &Testbed, pod: &str, reason: PodReason) -> Result<()> {
+    warning_event(bed, pod, PodReason::VerificationFailed, |m| {
+        m.starts_with(reason.as_str())
+    })
+    .await
+    .map(drop)
+}
+
+/// A Warning Event on `pod` with `reason` whose message `matches`; returns the message.
+/// The agent posts it after the condition patch, so it may trail the condition a moment:
+/// it is waited for, within a bound.
+pub async fn warning_event(
+    bed: &Testbed,
+    pod: &str,
+    reason: PodReason,
+    matches: impl Fn(&str) -> bool,
+) -> Result<String> {
     let events: Api<Event> = Api::namespaced(bed.client().await?, NS);
     // The agent gives each API call 10 s; the Event comes after the condition.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -30,20 +52,19 @@ pub async fn verification_warning(bed: &Testbed, pod: &str, reason: PodReason) -
             .await?
             .items
             .into_iter()
-            .any(|e| {
-                e.type_.as_deref() == Some("Warning")
-                    && e.reason.as_deref() == Some(PodReason::VerificationFailed.as_str())
-                    && e.message
-                        .as_deref()
-                        .is_some_and(|m| m.starts_with(reason.as_str()))
+            .find_map(|e| {
+                let message = e.message?;
+                (e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some(reason.as_str())
+                    && matches(&message))
+                .then_some(message)
             });
-        if found {
-            return Ok(());
+        if let Some(message) = found {
+            return Ok(message);
         }
         ensure!(
             Instant::now() < deadline,
-            "no Warning {} Event on {pod} starting with {reason}",
-            PodReason::VerificationFailed
+            "no matching Warning {reason} Event on {pod}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

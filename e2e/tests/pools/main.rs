@@ -18,6 +18,7 @@
 mod autoscaling;
 mod backend;
 mod check;
+mod device_accounting_attack;
 mod disruption;
 mod faults;
 mod local_api_attack;
@@ -30,6 +31,7 @@ mod saturation;
 mod scaling;
 mod standby;
 mod upgrade;
+mod weights_source_attack;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -65,6 +67,8 @@ fn main() {
         standby::a_scale_out_is_served_from_a_warm_standby_and_a_scale_in_moves_a_member_back,
         saturation::a_stranger_saturating_a_nodes_ports_marks_nothing_down_and_evicts_nobody,
         local_api_attack::a_worker_calling_another_pods_local_api_is_refused_and_the_victim_keeps_serving,
+        weights_source_attack::a_weights_source_outside_the_admins_roots_is_refused_before_a_byte_is_read,
+        device_accounting_attack::forged_member_pods_in_another_namespace_do_not_make_nodes_look_full,
         faults::a_weight_source_killed_mid_sync_is_replaced_by_the_other,
         faults::a_blackholed_data_nic_is_refused_and_the_next_host_used,
         backend::an_hccl_group_without_the_hccl_runtime_is_refused_while_the_pools_serve,

@@ -80,11 +80,7 @@ pub async fn an_upgrade_restarts_agents_node_by_node_and_hands_the_operator_over
         epochs_after == epochs_before,
         "a group changed epoch across the agents' restarts (communicators rebuilt): {epochs_before:?} → {epochs_after:?}"
     );
-    check::clean(&pools.decode_load.latest(), "decode across agent restarts")?;
-    check::clean(
-        &pools.prefill_load.latest(),
-        "prefill across agent restarts",
-    )?;
+    check::pools_clean(pools, "across agent restarts")?;
 
     // The operator: the new one waits beside the old, which releases the Lease on SIGTERM.
     let leases: Api<Lease> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
@@ -129,14 +125,7 @@ pub async fn an_upgrade_restarts_agents_node_by_node_and_hands_the_operator_over
         .wait_served(&grown, 3, Duration::from_secs(30))
         .await?;
     pools.decode_at(2).await?;
-    check::clean(
-        &pools.decode_load.latest(),
-        "decode across the operator's handover",
-    )?;
-    check::clean(
-        &pools.prefill_load.latest(),
-        "prefill across the operator's handover",
-    )
+    check::pools_clean(pools, "across the operator's handover")
 }
 
 /// Both pools' members by Pod name.

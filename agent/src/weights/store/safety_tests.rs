@@ -227,3 +227,59 @@ fn a_forgotten_chunk_makes_the_set_incomplete_until_it_is_written_again() {
     assert_eq!(store.current_of(&g).unwrap(), Some(d));
     let _ = fs::remove_dir_all(&tmp);
 }
+
+/// A fetch that stopped part-way keeps its staging for a resume while a fetch holds it;
+/// once nobody does, it can be removed whole (staging, manifest, the set forgotten), also
+/// after a restart, when it is on disk only; a version being repaired is never partial.
+#[test]
+fn a_partial_fetch_nobody_holds_is_removed_whole_and_a_held_one_never() {
+    let tmp = temp("partial");
+    let src = tmp.join("src");
+    let d = make_set(&src);
+    let m = Manifest::build(&src, MIN_CHUNK_SIZE).unwrap();
+    let store = WeightStore::open(tmp.join("store")).unwrap();
+    let (set, have) = store.begin(m.clone(), m.canonical_bytes()).unwrap();
+    assert_eq!(have, 0);
+    assert_eq!(store.partial_sets().unwrap(), BTreeSet::from([d]));
+    // A fetch holds it: in use, and refused when asked for directly.
+    assert_eq!(store.partial_sets_in_use(), BTreeSet::from([d]));
+    assert!(!store.remove_partial(&d).unwrap());
+    assert!(store.root().join("staging").join(d.hex()).is_dir());
+    // The fetch failed and let go.
+    drop(set);
+    assert!(store.partial_sets_in_use().is_empty());
+    assert!(store.remove_partial(&d).unwrap());
+    assert_eq!(staging_entries(&store), Vec::<String>::new());
+    assert!(!store.manifest_path(&d).exists());
+    assert!(store.have(&d).is_none() && store.partial_sets().unwrap().is_empty());
+
+    // After a restart the partial set is on disk only: still found and removed.
+    let (set, _) = store.begin(m.clone(), m.canonical_bytes()).unwrap();
+    drop(set);
+    drop(store);
+    let store = WeightStore::open(tmp.join("store")).unwrap();
+    assert_eq!(store.partial_sets().unwrap(), BTreeSet::from([d]));
+    assert!(store.partial_sets_in_use().is_empty());
+    assert!(store.remove_partial(&d).unwrap());
+    assert_eq!(staging_entries(&store), Vec::<String>::new());
+
+    // A fetch after the removal starts afresh and completes.
+    let (set, have) = store.begin(m.clone(), m.canonical_bytes()).unwrap();
+    assert_eq!(have, 0);
+    drop(set);
+    store.install_dir(&src, &d, MIN_CHUNK_SIZE).unwrap();
+    assert!(store.is_complete(&d));
+
+    // The declared source was imported instead: the fetch's staging is a leftover, and
+    // only it goes; the version, its manifest and the set stay.
+    assert_eq!(store.partial_sets().unwrap(), BTreeSet::from([d]));
+    assert!(store.remove_partial(&d).unwrap());
+    assert_eq!(staging_entries(&store), Vec::<String>::new());
+    assert!(store.is_complete(&d) && store.manifest_path(&d).exists());
+    // A complete version with a forgotten chunk is repaired in `versions/`: not partial.
+    store.forget_chunk(&d, 0);
+    assert!(store.partial_sets().unwrap().is_empty());
+    assert!(!store.remove_partial(&d).unwrap());
+    assert!(store.version_dir(&d).is_dir() && store.manifest_path(&d).exists());
+    let _ = fs::remove_dir_all(&tmp);
+}

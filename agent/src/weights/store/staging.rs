@@ -81,6 +81,7 @@ impl WeightStore {
         manifest: Manifest,
         bytes: Vec<u8>,
     ) -> Result<(Arc<WeightSet>, usize)> {
+        let _staging = self.inner.staging.lock().unwrap_or_else(|p| p.into_inner());
         let digest = Digest::of(&bytes);
         if let Some(set) = self.set(&digest) {
             let mut st = set.state.lock().expect("set lock");
