@@ -1,6 +1,6 @@
 //! Pod sockets with the caller check on: the test process plays each Pod by writing its
 //! own `/proc/<pid>/cgroup` into a fake proc root before it connects (the check reads the
-//! file once per connection, at accept).
+//! file at accept and again for every request line).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -176,6 +176,41 @@ async fn another_pods_process_is_refused_and_the_owner_keeps_being_served() {
         line.contains("epoch_changed"),
         "the owner's watch survived: {line}"
     );
+}
+
+/// The pid that connected now belongs to another Pod (its process exited and the pid was
+/// reused): the next request on the open connection is refused and the connection ends;
+/// the owner's new connection is served.
+#[tokio::test]
+async fn a_connection_whose_pid_turns_into_another_pods_is_refused_at_its_next_request() {
+    let bed = Bed::new("reuse", REQUEST_DEADLINE);
+    bed.open("a", A);
+    let a_sock = bed.sockets.socket_of(A);
+    bed.act_as(Some(A));
+    let s = UnixStream::connect(&a_sock).await.unwrap();
+    let (r, mut w) = s.into_split();
+    let mut r = BufReader::new(r);
+    let mut line = String::new();
+    w.write_all(b"{\"op\":\"assignment\",\"pod\":\"a\"}\n")
+        .await
+        .unwrap();
+    r.read_line(&mut line).await.unwrap();
+    assert!(line.contains("\"rank\":0"), "{line}");
+
+    bed.act_as(Some(B));
+    w.write_all(b"{\"op\":\"serving\",\"pod\":\"a\"}\n")
+        .await
+        .unwrap();
+    line.clear();
+    r.read_line(&mut line).await.unwrap();
+    assert!(line.contains("CallerIsAnotherPod"), "{line}");
+    line.clear();
+    assert_eq!(r.read_line(&mut line).await.unwrap(), 0, "closed: {line}");
+    assert!(!*bed.hub.get("ns/a").unwrap().serving.borrow());
+
+    bed.act_as(Some(A));
+    let r = ask(&a_sock, r#"{"op":"serving","pod":"a"}"#).await;
+    assert_eq!(r["ok"], true, "{r}");
 }
 
 #[tokio::test]

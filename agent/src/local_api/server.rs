@@ -199,7 +199,7 @@ pub async fn serve(
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
             tokio::select! {
-                r = connection(stream, hub, &serves, access.request_deadline) => {
+                r = connection(stream, hub, &serves, &access) => {
                     if let Err(e) = r {
                         tracing::debug!(error = %e, "local API connection ended");
                     }
@@ -224,8 +224,9 @@ async fn connection(
     stream: UnixStream,
     hub: Hub,
     serves: &Serves,
-    deadline: Duration,
+    access: &Access,
 ) -> std::io::Result<()> {
+    let deadline = access.request_deadline;
     let (r, mut w) = stream.into_split();
     let mut reader = BufReader::new(r);
     let mut line = String::new();
@@ -246,6 +247,14 @@ async fn connection(
         }
         if !line.ends_with('\n') && n > MAX_LINE {
             write_line(&mut w, &Response::error("request line too long")).await?;
+            return Ok(());
+        }
+        // The caller is checked again for every request, not only at accept: the process
+        // that connected may have exited and its pid been reused by another Pod's process
+        // (then refused), or be gone (`CallerUnidentified`). The connection then ends.
+        if let Err(refusal) = check_caller(reader.get_ref().as_ref(), access, serves) {
+            tracing::warn!(serves = ?serves, category = refusal.category(), %refusal, "local API: caller refused on a later request");
+            write_line(&mut w, &Response::error(refusal.to_string())).await?;
             return Ok(());
         }
         let req = match parse_request(&line) {
