@@ -8,7 +8,9 @@
 //!
 //! The operator counts only Pods controlled by a group that exists in the Pod's own
 //! namespace (`operator/src/observe.rs`, `operator_owned`): decode scales 2 → 4 onto those
-//! hosts and back, no request fails, and the stranger's Pods are left alone.
+//! hosts and back, and no request fails. (Kubernetes' garbage collector deletes such Pods
+//! once it sees their owner missing; a finalizer keeps them here so that the accounting is
+//! tried throughout, as it would be against Pods whose deletion is slow.)
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -22,18 +24,19 @@ use hcomm_crds::contract::{
 use hcomm_e2e::testbed::examples::{NAMESPACE as NS, POOL_WAIT};
 use hcomm_e2e::testbed::{ExamplePools, Testbed};
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 
 use crate::check;
 
 /// The stranger's namespace.
 const STRANGER: &str = "mallory";
+/// Holds the forged Pods in the API until the scenario releases them.
+const FINALIZER: &str = "e2e.hcomm.io/held";
 
 /// Pods in another namespace, forged as decode members (the real group UID on some, a
 /// made-up one on others) and claiming every NPU of every host: decode still scales 2 → 4
-/// and back with no `InsufficientCapacity`, no request fails, and the forged Pods are
-/// untouched.
+/// and back with no `InsufficientCapacity`, and no request fails.
 ///
 /// Precondition: decode at 2 members, Ready (6 of the 10 devices free).
 pub async fn forged_member_pods_in_another_namespace_do_not_make_nodes_look_full(
@@ -84,15 +87,23 @@ pub async fn forged_member_pods_in_another_namespace_do_not_make_nodes_look_full
     bed.scale("decode", 2)?;
     bed.wait_pool_ready(NS, "decode", 2, POOL_WAIT).await?;
 
-    // The operator neither adopted nor removed the stranger's Pods.
+    // The forged Pods were there throughout (held by a finalizer once the garbage
+    // collector found their owner missing) and none was bound.
     let left = forged_pods.list(&ListParams::default()).await?.items;
     ensure!(
         left.len() == hosts.len()
-            && left.iter().all(|p| p.metadata.deletion_timestamp.is_none()
-                && p.spec.as_ref().is_some_and(|s| s.node_name.is_none())),
+            && left
+                .iter()
+                .all(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_none())),
         "the forged Pods changed: {:?}",
         left.iter().map(|p| p.name_any()).collect::<Vec<_>>()
     );
+    let release = Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}}));
+    for p in &left {
+        forged_pods
+            .patch(&p.name_any(), &PatchParams::default(), &release)
+            .await?;
+    }
     forged_pods
         .delete_collection(
             &DeleteParams::default().grace_period(0),
@@ -111,6 +122,11 @@ fn forged(i: usize, host: &str, owner_uid: &str) -> Result<Pod> {
         "metadata": {
             "name": format!("decode-{i}-e1"),
             "labels": {(LABEL_GROUP): "decode", (LABEL_MANAGED_BY): MANAGER_NAME},
+            // The garbage collector deletes a Pod whose owner is missing (every owner
+            // here: the reference is resolved in the Pod's namespace); the finalizer keeps
+            // the Pod, as a stranger's Pods whose deletion is slow would stay, so the
+            // accounting is tried for the whole scenario.
+            "finalizers": [FINALIZER],
             "annotations": {(ANNOTATION_DEVICES): "0,1"},
             "ownerReferences": [{
                 "apiVersion": HcommGroup::api_version(&()), "kind": HcommGroup::kind(&()),
