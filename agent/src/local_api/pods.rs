@@ -344,5 +344,8 @@ fn remove_socket(dir: &Path) {
 }
 
 #[cfg(test)]
+#[path = "pods_caller_tests.rs"]
+mod caller_tests;
+#[cfg(test)]
 #[path = "pods_tests.rs"]
 mod tests;
