@@ -182,23 +182,17 @@ async fn a_corrupt_chunk_is_detected_reported_and_fetched_from_another_source() 
     std::fs::write(&file, &data).unwrap();
     // The good source starts answering only once the corruption was seen, so the bad
     // source is certainly asked for chunk `bad` first (its stripe starts there).
-    let good = TempDir::new("good");
-    let store = hcomm_agent::weights::WeightStore::open(good.path()).unwrap();
-    store.import_dir(set.path(), &digest, CHUNK).unwrap();
-    let listener = TcpListener::bind((host(11), 0)).await.unwrap();
-    let good_addr = listener.local_addr().unwrap();
     let go = Arc::new(tokio::sync::Notify::new());
     let g = go.clone();
-    let good_task = tokio::spawn(async move {
-        g.notified().await;
-        let _ = hcomm_agent::weights::ChunkServer::serve(
-            listener,
-            store,
-            ServerConfig::new(secret()),
-            std::future::pending(),
-        )
-        .await;
-    });
+    let good = origin_after(
+        set.path(),
+        digest,
+        host(11),
+        ServerConfig::new(secret()),
+        async move { g.notified().await },
+    )
+    .await;
+    let good_addr = good.addr;
     let j = joiner(host(21)).await;
     let corrupt = Arc::new(Mutex::new(Vec::new()));
     let c = corrupt.clone();
@@ -211,7 +205,6 @@ async fn a_corrupt_chunk_is_detected_reported_and_fetched_from_another_source() 
     let mut req = request(digest, vec![b.addr, good_addr], j.store.clone());
     req.stripe = Some((bad, table.len()));
     let report = fetch(req, progress).await.unwrap();
-    good_task.abort();
     assert_installed(&j.store, digest);
     assert_eq!(*corrupt.lock().unwrap(), vec![(bad, b.addr)]);
     assert_eq!(report.progress.corrupt_chunks, 1);
@@ -224,11 +217,25 @@ async fn a_source_that_re_hashes_on_serve_withdraws_a_chunk_its_disk_damaged() {
     let set = TempDir::new("set");
     generate_set(set.path(), 8, 5);
     let digest = digest_of(set.path());
-    let a = origin(set.path(), digest, host(11), ServerConfig::new(secret())).await;
     // `--weights-verify-on-serve true`: re-read and re-hash instead of `sendfile`.
     let mut strict = ServerConfig::new(secret());
     strict.verify_on_read = true;
     let b = origin(set.path(), digest, host(12), strict).await;
+    // The good source answers only once the strict one has withdrawn a chunk: otherwise it
+    // can deliver the whole set before the strict one is asked for anything (CI saw that).
+    let withdrawn = b.stats.clone();
+    let a = origin_after(
+        set.path(),
+        digest,
+        host(11),
+        ServerConfig::new(secret()),
+        async move {
+            while withdrawn.chunks_withdrawn.load(Ordering::Relaxed) == 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        },
+    )
+    .await;
     let file = b
         .store
         .version_dir(&digest)

@@ -106,12 +106,25 @@ impl Drop for Source {
 
 /// Serves `store` on `ip`:0 with `config`.
 pub async fn serve(store: WeightStore, ip: IpAddr, config: ServerConfig) -> Source {
+    serve_after(store, ip, config, async {}).await
+}
+
+/// Serves `store` on `ip`:0 with `config` once `start` completes: the port is bound at once,
+/// so a fetch can list it, but connections wait in the backlog until then. Lets a test
+/// decide which source answers first instead of racing them.
+pub async fn serve_after(
+    store: WeightStore,
+    ip: IpAddr,
+    config: ServerConfig,
+    start: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Source {
     let listener = TcpListener::bind(SocketAddr::new(ip, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let s = store.clone();
     let stats = Arc::new(ServerStats::default());
     let st = stats.clone();
     let task = tokio::spawn(async move {
+        start.await;
         let _ =
             ChunkServer::serve_with_stats(listener, s, config, st, std::future::pending()).await;
     });
@@ -126,6 +139,17 @@ pub async fn serve(store: WeightStore, ip: IpAddr, config: ServerConfig) -> Sour
 
 /// A first member: imports `set` (checked against `digest`) into a fresh store and serves it.
 pub async fn origin(set: &Path, digest: Digest, ip: IpAddr, config: ServerConfig) -> Source {
+    origin_after(set, digest, ip, config, async {}).await
+}
+
+/// [`origin`] serving only once `start` completes (see [`serve_after`]).
+pub async fn origin_after(
+    set: &Path,
+    digest: Digest,
+    ip: IpAddr,
+    config: ServerConfig,
+    start: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Source {
     let dir = TempDir::new("origin");
     let store = WeightStore::open(dir.path().join("store")).unwrap();
     let (s, set) = (store.clone(), set.to_path_buf());
@@ -133,7 +157,7 @@ pub async fn origin(set: &Path, digest: Digest, ip: IpAddr, config: ServerConfig
         .await
         .unwrap()
         .unwrap();
-    let mut src = serve(store, ip, config).await;
+    let mut src = serve_after(store, ip, config, start).await;
     src._dir = Some(dir);
     src
 }
