@@ -260,10 +260,22 @@ impl Context {
     }
 
     /// Sets member `key`'s peers for the health probes (None: the member is gone), and
-    /// recomputes the union the probes read.
+    /// recomputes the union the probes read. The union's addresses are also the node's
+    /// known peers for the probe, chunk and comm listeners: they take slots from a pool of
+    /// their own, which a flood from unknown addresses cannot fill
+    /// (`hcomm_comm::listen`). They were checked against the members' `HcommNode`s before
+    /// they got here (`member::ranktable_members`).
     pub fn set_member_peers(&self, key: &str, peers: Option<&[(String, String)]>) {
         let mut by_member = self.member_peers.lock().unwrap_or_else(|e| e.into_inner());
         let union = replace_member_peers(&mut by_member, key, peers);
+        let known: Vec<std::net::IpAddr> = union
+            .iter()
+            .filter_map(|(_, address)| address.parse().ok())
+            .collect();
+        let listeners = &self.metrics.listeners;
+        for guard in [&listeners.probe, &listeners.weights, &listeners.comm] {
+            guard.set_known(known.iter().copied());
+        }
         *self.peers.lock().unwrap_or_else(|e| e.into_inner()) = union;
     }
 }

@@ -10,10 +10,17 @@
 //! address's slots) and global second (bounded memory and tasks), and every slot is freed
 //! by a deadline the listener enforces. Refusals are counted by reason for metrics.
 //!
+//! The per-address cap alone does not stop a flood from many addresses: 32 addresses at 16
+//! each fill a total of 512. So the addresses the node knows as its peers (the members'
+//! nodes named by its rank tables, [`Guard::set_known`]) have a pool of their own: strangers
+//! share [`Limits::total`], known peers another [`Limits::total`], each address still within
+//! [`Limits::per_peer`]. A flood from any number of unknown addresses then leaves every real
+//! peer its slots.
+//!
 //! [`Admission`] is the pure accounting (unit-tested); [`Guard`] wraps it for concurrent
 //! use and hands out [`Slot`]s that release themselves when dropped.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,7 +31,8 @@ use std::time::Duration;
 pub struct Limits {
     /// Connections one peer address may hold at once.
     pub per_peer: usize,
-    /// Connections all peers together may hold at once.
+    /// Connections unknown addresses together may hold at once; known peers
+    /// ([`Guard::set_known`]) may hold as many again.
     pub total: usize,
     /// A connection that has not proved itself (handshake, request line) within this is
     /// closed.
@@ -39,7 +47,8 @@ pub enum Refusal {
     /// Its address already holds [`Limits::per_peer`] connections.
     #[error("the peer address holds its share of connections already")]
     PerPeer,
-    /// The listener holds [`Limits::total`] connections.
+    /// The listener holds [`Limits::total`] connections of the peer's kind (unknown
+    /// addresses, or known peers).
     #[error("the listener holds its most connections already")]
     Total,
     /// It did not complete its handshake or request within the deadline.
@@ -79,39 +88,67 @@ impl Refusal {
     }
 }
 
-/// Connections held, per peer address and in total (pure).
+/// Whether an address was a known peer when its slot was taken (its slot goes back to
+/// that pool, whatever the known set is by then).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerKind {
+    Known,
+    Stranger,
+}
+
+/// Connections held, per peer address and per pool (pure).
 #[derive(Debug, Default)]
 pub struct Admission {
     per_peer: HashMap<IpAddr, usize>,
-    total: usize,
+    known: HashSet<IpAddr>,
+    known_held: usize,
+    strangers_held: usize,
 }
 
 impl Admission {
     /// Takes a slot for `peer`, or says why not. The per-peer cap is checked first, so a
-    /// flooding address is named as such even when it also filled the listener.
-    pub fn admit(&mut self, peer: IpAddr, limits: &Limits) -> Result<(), Refusal> {
+    /// flooding address is named as such even when it also filled its pool.
+    pub fn admit(&mut self, peer: IpAddr, limits: &Limits) -> Result<PeerKind, Refusal> {
         let held = self.per_peer.get(&peer).copied().unwrap_or(0);
         if held >= limits.per_peer.max(1) {
             return Err(Refusal::PerPeer);
         }
-        if self.total >= limits.total.max(1) {
+        let kind = if self.known.contains(&peer) {
+            PeerKind::Known
+        } else {
+            PeerKind::Stranger
+        };
+        let pool = match kind {
+            PeerKind::Known => &mut self.known_held,
+            PeerKind::Stranger => &mut self.strangers_held,
+        };
+        if *pool >= limits.total.max(1) {
             return Err(Refusal::Total);
         }
+        *pool += 1;
         *self.per_peer.entry(peer).or_insert(0) += 1;
-        self.total += 1;
-        Ok(())
+        Ok(kind)
     }
 
-    /// Gives back a slot of `peer` (an address with no slot left is forgotten, so the
-    /// table holds only current peers).
-    pub fn release(&mut self, peer: IpAddr) {
+    /// Gives back a slot `peer` took as `kind` (an address with no slot left is
+    /// forgotten, so the table holds only current peers).
+    pub fn release(&mut self, peer: IpAddr, kind: PeerKind) {
         if let Some(n) = self.per_peer.get_mut(&peer) {
             *n -= 1;
-            self.total -= 1;
+            let pool = match kind {
+                PeerKind::Known => &mut self.known_held,
+                PeerKind::Stranger => &mut self.strangers_held,
+            };
+            *pool = pool.saturating_sub(1);
             if *n == 0 {
                 self.per_peer.remove(&peer);
             }
         }
+    }
+
+    /// Replaces the known peers' addresses (slots already held keep their pool).
+    pub fn set_known(&mut self, known: HashSet<IpAddr>) {
+        self.known = known;
     }
 
     /// Slots held by `peer`.
@@ -119,9 +156,9 @@ impl Admission {
         self.per_peer.get(&peer).copied().unwrap_or(0)
     }
 
-    /// Slots held in total.
+    /// Slots held in total (both pools).
     pub fn total(&self) -> usize {
-        self.total
+        self.known_held + self.strangers_held
     }
 
     /// Peer addresses holding a slot.
@@ -178,16 +215,23 @@ impl Guard {
         &self.limits
     }
 
+    /// Sets the addresses of the node's known peers, which take slots from their own pool
+    /// (see the module's documentation).
+    pub fn set_known(&self, known: impl IntoIterator<Item = IpAddr>) {
+        self.lock().set_known(known.into_iter().collect());
+    }
+
     /// Admits a connection from `peer`, or counts and returns why not (the caller closes
     /// the connection at once).
     pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Result<Slot, Refusal> {
         let r = self.lock().admit(peer, &self.limits);
         match r {
-            Ok(()) => {
+            Ok(kind) => {
                 self.admitted.fetch_add(1, Ordering::Relaxed);
                 Ok(Slot {
                     guard: self.clone(),
                     peer,
+                    kind,
                 })
             }
             Err(reason) => {
@@ -237,6 +281,7 @@ impl Guard {
 pub struct Slot {
     guard: Arc<Guard>,
     peer: IpAddr,
+    kind: PeerKind,
 }
 
 impl Slot {
@@ -247,7 +292,7 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.guard.lock().release(self.peer);
+        self.guard.lock().release(self.peer, self.kind);
     }
 }
 
@@ -269,12 +314,12 @@ mod tests {
     #[test]
     fn one_address_takes_only_its_share_and_others_still_get_in() {
         let mut a = Admission::default();
-        assert_eq!(a.admit(ip(1), &LIMITS), Ok(()));
-        assert_eq!(a.admit(ip(1), &LIMITS), Ok(()));
+        assert_eq!(a.admit(ip(1), &LIMITS), Ok(PeerKind::Stranger));
+        assert_eq!(a.admit(ip(1), &LIMITS), Ok(PeerKind::Stranger));
         for _ in 0..1000 {
             assert_eq!(a.admit(ip(1), &LIMITS), Err(Refusal::PerPeer));
         }
-        assert_eq!(a.admit(ip(2), &LIMITS), Ok(()));
+        assert_eq!(a.admit(ip(2), &LIMITS), Ok(PeerKind::Stranger));
         assert_eq!(a.held_by(ip(1)), 2);
         assert_eq!(a.total(), 3);
     }
@@ -283,15 +328,66 @@ mod tests {
     fn the_total_cap_holds_across_addresses_and_released_slots_are_reused() {
         let mut a = Admission::default();
         for last in 1..=3 {
-            assert_eq!(a.admit(ip(last), &LIMITS), Ok(()));
+            assert_eq!(a.admit(ip(last), &LIMITS), Ok(PeerKind::Stranger));
         }
         assert_eq!(a.admit(ip(4), &LIMITS), Err(Refusal::Total));
-        a.release(ip(2));
+        a.release(ip(2), PeerKind::Stranger);
         assert_eq!(a.peers(), 2, "an address with no slot is forgotten");
-        assert_eq!(a.admit(ip(4), &LIMITS), Ok(()));
+        assert_eq!(a.admit(ip(4), &LIMITS), Ok(PeerKind::Stranger));
         // Releasing an address that holds nothing changes nothing.
-        a.release(ip(9));
+        a.release(ip(9), PeerKind::Stranger);
         assert_eq!(a.total(), 3);
+    }
+
+    #[test]
+    fn a_flood_from_many_addresses_leaves_the_known_peers_their_own_slots() {
+        let limits = Limits { total: 4, ..LIMITS };
+        let mut a = Admission::default();
+        a.set_known([ip(200), ip(201)].into_iter().collect());
+        // Strangers fill their pool from 1000 addresses.
+        let mut admitted = 0;
+        for i in 0..1000u32 {
+            let stranger = IpAddr::from([10, 1, (i / 250) as u8, (i % 250) as u8]);
+            if a.admit(stranger, &limits).is_ok() {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, limits.total);
+        // Every known peer still gets its share, and no more.
+        for peer in [ip(200), ip(201)] {
+            for _ in 0..limits.per_peer {
+                assert_eq!(a.admit(peer, &limits), Ok(PeerKind::Known));
+            }
+            assert_eq!(a.admit(peer, &limits), Err(Refusal::PerPeer));
+        }
+        // The known pool has its own total too.
+        a.set_known([ip(200), ip(201), ip(202)].into_iter().collect());
+        assert_eq!(a.admit(ip(202), &limits), Err(Refusal::Total));
+        assert_eq!(a.total(), 2 * limits.total);
+    }
+
+    #[test]
+    fn a_slot_goes_back_to_the_pool_it_came_from_after_the_known_set_changes() {
+        let mut a = Admission::default();
+        a.set_known([ip(9)].into_iter().collect());
+        assert_eq!(a.admit(ip(9), &LIMITS), Ok(PeerKind::Known));
+        // The peer leaves the rank tables while its connection is open.
+        a.set_known(HashSet::new());
+        for last in 1..=3 {
+            assert_eq!(a.admit(ip(last), &LIMITS), Ok(PeerKind::Stranger));
+        }
+        a.release(ip(9), PeerKind::Known);
+        assert_eq!(a.total(), 3);
+        assert_eq!(
+            a.admit(ip(4), &LIMITS),
+            Err(Refusal::Total),
+            "strangers' pool still full"
+        );
+        assert_eq!(
+            a.admit(ip(9), &LIMITS),
+            Err(Refusal::Total),
+            "now a stranger"
+        );
     }
 
     #[test]
