@@ -43,6 +43,10 @@ pub struct Context {
     pub expected: Arc<crate::cache::Expectations>,
     /// NPUs promised to joiners whose Pods the cache does not show yet.
     pub assumed: Arc<crate::cache::Assumed>,
+    /// Groups whose Secret this process made sure of lately (`crate::recently`).
+    pub secret_ensured: Arc<crate::recently::Recently>,
+    /// Groups whose PodDisruptionBudget this process applied lately.
+    pub budget_ensured: Arc<crate::recently::Recently>,
     /// Per group (`namespace/name`), its members' recent failures (see `crate::backoff`).
     pub backoff: std::sync::Arc<
         std::sync::Mutex<std::collections::HashMap<String, crate::backoff::FailureBackoff>>,
@@ -74,6 +78,8 @@ impl Context {
             caches: crate::cache::SharedCaches::default(),
             expected: Arc::default(),
             assumed: Arc::default(),
+            secret_ensured: Arc::default(),
+            budget_ensured: Arc::default(),
             backoff: std::sync::Arc::default(),
         }
     }

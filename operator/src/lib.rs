@@ -33,6 +33,7 @@ pub mod pod_builder;
 pub mod podgroup;
 pub mod rank_table;
 pub mod readiness;
+pub mod recently;
 pub mod reconcile;
 pub mod revision;
 pub mod revision_history;
@@ -170,13 +171,10 @@ pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
     // The member Pods: one watch fills the store reconciles read (`cache`) and triggers
     // them, the store updated before each trigger is handed on.
     let (pod_store, pod_writer) = reflector::store();
-    let pod_notify = Arc::new(tokio::sync::Notify::new());
-    let notify = pod_notify.clone();
     let pod_events = reflector::reflector(
         pod_writer,
         watcher(pods, watcher::Config::default().labels(LABEL_GROUP)).default_backoff(),
     )
-    .inspect(move |_| notify.notify_waiters())
     .touched_objects();
     // Only changes that can move a plan or a condition wake every group: agents republish
     // their HcommNode every few seconds (issue 20: 200 nodes kept 50 groups reconciling
@@ -209,7 +207,6 @@ pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
     // Reconciles read these from now on; they go when this controller stops.
     let _caches = ctx.caches.install(cache::Caches {
         pods: pod_store,
-        pod_events: pod_notify,
         groups: group_store.clone(),
         hcomm_nodes: node_store.clone(),
         nodes: kube_node_store,

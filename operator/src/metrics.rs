@@ -34,6 +34,9 @@ pub struct Metrics {
     registry: Registry,
     /// Reconciles started.
     pub reconciles: IntCounter,
+    /// Reconciles deferred, without an API call, until the Pod cache shows the group's
+    /// own writes (`crate::cache`); not counted in `reconciles` nor timed in `duration`.
+    pub deferred: IntCounter,
     /// Reconcile errors by category.
     pub errors: IntCounterVec,
     /// Reconcile duration in seconds.
@@ -88,6 +91,12 @@ impl Metrics {
         let registry =
             Registry::new_custom(Some("hcomm_operator".into()), None).expect("valid prefix");
         let reconciles = IntCounter::new("reconciles_total", "Reconciles started.").expect("valid");
+        let deferred = IntCounter::new(
+            "reconciles_deferred_total",
+            "Reconciles deferred until the watch cache shows the group's own Pod writes \
+             (no API call made; not in reconciles_total).",
+        )
+        .expect("valid");
         let errors = IntCounterVec::new(
             Opts::new("reconcile_errors_total", "Reconcile errors by category."),
             &["category"],
@@ -143,6 +152,7 @@ impl Metrics {
             Box::new(listener_refused.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(listener_open.clone()),
             Box::new(reconciles.clone()),
+            Box::new(deferred.clone()),
             Box::new(errors.clone()),
             Box::new(duration.clone()),
             Box::new(members.clone()),
@@ -155,6 +165,7 @@ impl Metrics {
         Self {
             registry,
             reconciles,
+            deferred,
             errors,
             duration,
             members,

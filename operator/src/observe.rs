@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use hcomm_crds::contract::{LABEL_GROUP, LABEL_MANAGED_BY, MANAGER_NAME};
 use hcomm_crds::{DeviceHealth, HcommGroup, HcommNode, LinkTestResult, MemberPhase};
@@ -59,43 +60,74 @@ pub struct Prepared {
     cache_current: bool,
 }
 
-/// Reads the group's rank table and waits (up to [`CACHE_WAIT`]) for the caches to show
-/// the group's own writes. Call it before taking the placement lock.
+/// Whether the Pod store shows a group's own earlier writes (`crate::cache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnWrites {
+    /// It does (or nothing is pending): plan from the caches.
+    Seen,
+    /// Not yet, for less than [`CACHE_WAIT`]: defer the reconcile. The Pod event that
+    /// brings the write runs it again; `recheck_after` bounds the wait if none comes.
+    Unseen { recheck_after: Duration },
+    /// Not within [`CACHE_WAIT`]: list from the API server instead.
+    Overdue,
+}
+
+impl OwnWrites {
+    /// Judges a group whose oldest write the store does not show was made at
+    /// `unseen_since` (pure).
+    pub fn judge(unseen_since: Option<Instant>, now: Instant) -> OwnWrites {
+        let Some(since) = unseen_since else {
+            return OwnWrites::Seen;
+        };
+        match CACHE_WAIT.checked_sub(now.saturating_duration_since(since)) {
+            Some(left) if !left.is_zero() => OwnWrites::Unseen {
+                recheck_after: left,
+            },
+            _ => OwnWrites::Overdue,
+        }
+    }
+}
+
+/// Whether the running controller's Pod store shows `group`'s own writes. No I/O: what a
+/// reconcile asks first, so a deferred one costs no API call.
+pub fn own_writes(ctx: &Context, group: &HcommGroup) -> OwnWrites {
+    let Some(caches) = ctx.caches.get() else {
+        return OwnWrites::Seen;
+    };
+    let key = (group.namespace().unwrap_or_default(), group.name_any());
+    OwnWrites::judge(
+        ctx.expected.unseen_since(&key, &caches.pods),
+        Instant::now(),
+    )
+}
+
+/// Reads the group's rank table and decides whether the caches can be planned from: they
+/// are filled (waiting up to [`CACHE_WAIT`] for their first list, at start only) and show
+/// the group's own writes ([`own_writes`]; a reconcile defers while they are
+/// [`OwnWrites::Unseen`]). Call it before taking the placement lock.
 pub async fn prepare(ctx: &Context, group: &HcommGroup) -> Result<Prepared> {
     let name = group.name_any();
     let namespace = group.namespace().unwrap_or_default();
-    let key = (namespace.clone(), name.clone());
     let cache_current = match ctx.caches.get() {
         None => false,
         Some(caches) => {
-            let current = async {
+            let filled = async {
                 caches.pods.wait_until_ready().await.ok()?;
                 caches.groups.wait_until_ready().await.ok()?;
                 caches.hcomm_nodes.wait_until_ready().await.ok()?;
-                caches.nodes.wait_until_ready().await.ok()?;
-                loop {
-                    // Registered before the check, so an event in between still wakes it.
-                    let event = caches.pod_events.notified();
-                    tokio::pin!(event);
-                    event.as_mut().enable();
-                    if ctx.expected.settled(&key, &caches.pods) {
-                        break;
-                    }
-                    event.await;
-                }
-                Some(())
+                caches.nodes.wait_until_ready().await.ok()
             };
-            let ok = matches!(
-                tokio::time::timeout(CACHE_WAIT, current).await,
-                Ok(Some(()))
-            );
-            if !ok {
+            let filled = matches!(tokio::time::timeout(CACHE_WAIT, filled).await, Ok(Some(())));
+            let own = own_writes(ctx, group);
+            if !filled {
+                tracing::warn!(wait = ?CACHE_WAIT, "the watch caches were not filled in time; listing instead");
+            } else if own != OwnWrites::Seen {
                 tracing::warn!(
                     wait = ?CACHE_WAIT,
                     "the watch caches did not show the group's own writes in time; listing instead"
                 );
             }
-            ok
+            filled && own == OwnWrites::Seen
         }
     };
     let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -499,6 +531,33 @@ mod tests {
         assert_eq!((r.epoch, r.members), (2, set(&["a"])));
         let fresh = group(serde_json::json!(null));
         assert_eq!(recorded(None, &fresh), Recorded::default());
+    }
+
+    #[test]
+    fn a_reconcile_defers_for_unseen_own_writes_until_the_cache_wait_is_spent_then_lists() {
+        let now = Instant::now();
+        assert_eq!(OwnWrites::judge(None, now), OwnWrites::Seen);
+        let second = Duration::from_secs(1);
+        assert_eq!(
+            OwnWrites::judge(Some(now - second), now),
+            OwnWrites::Unseen {
+                recheck_after: CACHE_WAIT - second
+            }
+        );
+        assert_eq!(
+            OwnWrites::judge(Some(now), now),
+            OwnWrites::Unseen {
+                recheck_after: CACHE_WAIT
+            }
+        );
+        assert_eq!(
+            OwnWrites::judge(Some(now - CACHE_WAIT), now),
+            OwnWrites::Overdue
+        );
+        assert_eq!(
+            OwnWrites::judge(Some(now - CACHE_WAIT - second), now),
+            OwnWrites::Overdue
+        );
     }
 }
 

@@ -32,6 +32,18 @@ pub use hcomm_crds::contract::FINALIZER;
 
 /// Reconciles one `HcommGroup`.
 pub async fn reconcile(group: Arc<HcommGroup>, ctx: Arc<Context>) -> Result<Action> {
+    // Planned from a Pod cache that lacks this group's last writes, it would create their
+    // Pods again; the event that brings them runs it again (`crate::cache`).
+    if let observe::OwnWrites::Unseen { recheck_after } = observe::own_writes(&ctx, &group) {
+        ctx.metrics.deferred.inc();
+        tracing::debug!(
+            namespace = %group.namespace().unwrap_or_default(),
+            group = %group.name_any(),
+            ?recheck_after,
+            "deferred until the Pod cache shows the group's own writes"
+        );
+        return Ok(Action::requeue(recheck_after));
+    }
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
     let span = info_span!(
@@ -65,11 +77,19 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
     if !deleting && !group.finalizers().iter().any(|f| f == FINALIZER) {
         add_finalizer(ctx, group).await?;
     }
-    // Before any member exists: members authenticate with it (`crate::group_secret`).
-    if !deleting {
+    // Once per `recently::RECHECK` per group, not on every reconcile: neither object
+    // changes with the group's spec or members.
+    let uid = group.meta().uid.clone().unwrap_or_default();
+    let checked_at = Instant::now();
+    if !deleting && ctx.secret_ensured.due(&uid, checked_at) {
+        // Before any member exists: members authenticate with it (`crate::group_secret`).
         group_secret::ensure(&ctx.client, &ctx.secrets_namespace, group).await?;
+        ctx.secret_ensured.done(&uid, checked_at);
+    }
+    if !deleting && ctx.budget_ensured.due(&uid, checked_at) {
         // Evictions (`kubectl drain`) are refused; members leave through hcomm's drain.
         pdb::ensure(&ctx.client, group).await?;
+        ctx.budget_ensured.done(&uid, checked_at);
     }
     let prepared = observe::prepare(ctx, group).await?;
     // From reading every group's NPUs to assuming this plan's joiners on their nodes
@@ -139,6 +159,8 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
             // The members are gone: nobody needs the group's secret any more.
             if let Some(uid) = group.meta().uid.as_deref() {
                 group_secret::delete(&ctx.client, &ctx.secrets_namespace, uid).await?;
+                ctx.secret_ensured.forget(uid);
+                ctx.budget_ensured.forget(uid);
             }
             remove_finalizer(ctx, group).await?;
             ctx.metrics

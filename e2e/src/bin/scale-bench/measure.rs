@@ -19,6 +19,8 @@ pub struct Sample {
     pub requests: BTreeMap<RequestKey, f64>,
     /// The operator's reconciles so far.
     pub reconciles: f64,
+    /// Its reconciles deferred (no work: the Pod cache lacked the group's own writes).
+    pub deferred: f64,
     /// The operator's reconcile-duration histogram: (upper bound, cumulative count).
     pub buckets: Vec<(f64, f64)>,
     /// The operator's CPU seconds (user + system) so far.
@@ -38,10 +40,11 @@ impl Sample {
             .context("GET the apiserver's /metrics")?;
         let operator = http_get(operator_metrics).await?;
         let (cpu_s, rss_mib) = hcomm_e2e::bench::process(pid)?;
-        let (reconciles, buckets) = reconcile_metrics(&operator);
+        let (reconciles, deferred, buckets) = reconcile_metrics(&operator);
         Ok(Sample {
             requests: apiserver_requests(&apiserver),
             reconciles,
+            deferred,
             buckets,
             cpu_s,
             rss_mib,
@@ -71,6 +74,7 @@ impl Sample {
         Delta {
             requests,
             reconciles: later.reconciles - self.reconciles,
+            deferred: later.deferred - self.deferred,
             buckets,
             cpu_s: later.cpu_s - self.cpu_s,
             rss_mib: later.rss_mib,
@@ -83,6 +87,7 @@ impl Sample {
 pub struct Delta {
     pub requests: BTreeMap<RequestKey, f64>,
     pub reconciles: f64,
+    pub deferred: f64,
     pub buckets: Vec<(f64, f64)>,
     pub cpu_s: f64,
     /// At the end of the phase.
@@ -155,14 +160,17 @@ pub fn apiserver_requests(text: &str) -> BTreeMap<RequestKey, f64> {
     out
 }
 
-/// The operator's `hcomm_operator_reconciles_total` and the buckets of
+/// The operator's `hcomm_operator_reconciles_total`,
+/// `hcomm_operator_reconciles_deferred_total` and the buckets of
 /// `hcomm_operator_reconcile_duration_seconds`.
-pub fn reconcile_metrics(text: &str) -> (f64, Vec<(f64, f64)>) {
-    let mut reconciles = 0.0;
+pub fn reconcile_metrics(text: &str) -> (f64, f64, Vec<(f64, f64)>) {
+    let (mut reconciles, mut deferred) = (0.0, 0.0);
     let mut buckets = Vec::new();
     for line in text.lines() {
         if let Some(v) = line.strip_prefix("hcomm_operator_reconciles_total ") {
             reconciles = v.trim().parse().unwrap_or(0.0);
+        } else if let Some(v) = line.strip_prefix("hcomm_operator_reconciles_deferred_total ") {
+            deferred = v.trim().parse().unwrap_or(0.0);
         } else if let Some(rest) =
             line.strip_prefix("hcomm_operator_reconcile_duration_seconds_bucket{")
             && let Some((labels, value)) = rest.rsplit_once("} ")
@@ -183,7 +191,7 @@ pub fn reconcile_metrics(text: &str) -> (f64, Vec<(f64, f64)>) {
         }
     }
     buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-    (reconciles, buckets)
+    (reconciles, deferred, buckets)
 }
 
 /// `a="x",b="y"` (values without escaped quotes, as these metrics have).
@@ -252,11 +260,12 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
     #[test]
     fn the_operators_histogram_and_counter_are_read() {
         let text = "hcomm_operator_reconciles_total 12\n\
+            hcomm_operator_reconciles_deferred_total 4\n\
             hcomm_operator_reconcile_duration_seconds_bucket{le=\"0.005\"} 3\n\
             hcomm_operator_reconcile_duration_seconds_bucket{le=\"+Inf\"} 12\n\
             hcomm_operator_reconcile_duration_seconds_bucket{le=\"0.1\"} 11\n";
-        let (n, b) = reconcile_metrics(text);
-        assert_eq!(n, 12.0);
+        let (n, deferred, b) = reconcile_metrics(text);
+        assert_eq!((n, deferred), (12.0, 4.0));
         assert_eq!(b, vec![(0.005, 3.0), (0.1, 11.0), (f64::INFINITY, 12.0)]);
     }
 }

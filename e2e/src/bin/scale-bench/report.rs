@@ -10,8 +10,18 @@ use crate::measure::Delta;
 /// requests, taken out): its requests per reconcile are counted over these. Pods are
 /// written by the scheduler (`binding`) and kwok (`status`) too, so only the main
 /// resource counts; Events (the scheduler posts some), Leases (every component renews
-/// one) and Nodes' status (kwok) are left out.
-const OPERATOR_RESOURCES: [&str; 5] = ["pods", "configmaps", "hcommgroups", "hcommnodes", "nodes"];
+/// one) and Nodes' status (kwok) are left out. The groups' Secrets and
+/// PodDisruptionBudgets are the operator's alone too (the disruption controller writes
+/// only the budgets' `status`).
+const OPERATOR_RESOURCES: [&str; 7] = [
+    "pods",
+    "configmaps",
+    "hcommgroups",
+    "hcommnodes",
+    "nodes",
+    "secrets",
+    "poddisruptionbudgets",
+];
 
 /// Verbs shown per reconcile, in this order.
 const VERBS: [&str; 7] = [
@@ -95,7 +105,7 @@ impl Row {
 /// The Markdown table of `rows`.
 pub fn markdown(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| members | groups × size | setup (s) | one group: Pods created / Ready (s) | storm: Pods created / Ready (s) | storm ÷ one | reconciles | p50 / p99 (ms) | requests per reconcile | list calls, quiet window | RSS (MiB) | CPU (s) |\n\
+        "| members | groups × size | setup (s) | one group: Pods created / Ready (s) | storm: Pods created / Ready (s) | storm ÷ one | reconciles (deferred) | p50 / p99 (ms) | requests per reconcile | list calls, quiet window | RSS (MiB) | CPU (s) |\n\
          |---:|---|---:|---|---|---:|---:|---|---|---|---:|---:|\n",
     );
     for r in rows {
@@ -111,7 +121,7 @@ pub fn markdown(rows: &[Row]) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "| {} | {} × {} | {:.1} | {:.1} / {:.1} | {storm} | {ratio} | {:.0} | {:.1} / {:.1} | {} | {:.0} in {:.0} s ({:.0} reconciles) | {:.0} | {:.1} |",
+            "| {} | {} × {} | {:.1} | {:.1} / {:.1} | {storm} | {ratio} | {:.0} ({:.0}) | {:.1} / {:.1} | {} | {:.0} in {:.0} s ({:.0} reconciles) | {:.0} | {:.1} |",
             r.members,
             r.groups,
             r.per_group,
@@ -119,6 +129,7 @@ pub fn markdown(rows: &[Row]) -> String {
             r.single_created_s,
             r.single_ready_s,
             r.busy.reconciles,
+            r.busy.deferred,
             r.p50_ms(),
             r.p99_ms(),
             per.join(", "),
