@@ -10,6 +10,7 @@ use tokio::time::timeout;
 
 use super::auth;
 use super::error::{Result, WeightsError};
+use super::lowat::FramePaced;
 use super::protocol::{self, FrameError, MAX_FRAME, Response};
 use super::request::FetchRequest;
 
@@ -67,7 +68,9 @@ pub(crate) async fn read_response(
     after: Duration,
     what: &str,
 ) -> Result<Response> {
-    timeout(after, protocol::read_response(s, MAX_FRAME))
+    // Woken per frame rather than per packet (`lowat`).
+    let mut paced = FramePaced::new(s);
+    timeout(after, protocol::read_response(&mut paced, MAX_FRAME))
         .await
         .map_err(|_| WeightsError::Timeout {
             what: what.into(),

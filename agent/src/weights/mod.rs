@@ -62,6 +62,7 @@ pub mod fetch;
 pub mod gc;
 pub mod generate;
 pub mod link;
+mod lowat;
 pub mod manifest;
 pub mod progress;
 pub mod protocol;
