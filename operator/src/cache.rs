@@ -139,12 +139,6 @@ impl Expectations {
             .insert(pod.name_any(), write);
     }
 
-    /// Whether `pods` shows every recorded write of `group`'s Pods (forgetting those it
-    /// does).
-    pub fn settled(&self, group: &GroupKey, pods: &Store<Pod>) -> bool {
-        self.unseen_since(group, pods).is_none()
-    }
-
     /// When the oldest recorded write of `group`'s Pods that `pods` does not show yet was
     /// made; `None` once the store shows them all (forgetting those it does).
     pub fn unseen_since(&self, group: &GroupKey, pods: &Store<Pod>) -> Option<Instant> {
@@ -264,40 +258,45 @@ mod tests {
         assert!(at_least("x", "x") && !at_least("x", "y"));
     }
 
+    /// Whether `pods` shows every recorded write of `group`'s Pods.
+    fn settled(expected: &Expectations, group: &GroupKey, pods: &Store<Pod>) -> bool {
+        expected.unseen_since(group, pods).is_none()
+    }
+
     #[test]
     fn a_write_is_settled_once_the_store_holds_it_at_that_version_or_newer() {
         let (reader, mut writer) = store::<Pod>();
         let expected = Expectations::default();
-        assert!(expected.settled(&g(), &reader), "nothing written");
+        assert!(settled(&expected, &g(), &reader), "nothing written");
         expected.created(&pod("a", "10"));
         expected.created(&pod("b", "11"));
-        assert!(!expected.settled(&g(), &reader), "the store has neither");
+        assert!(!settled(&expected, &g(), &reader), "the store has neither");
         let other: GroupKey = ("ns".into(), "other".into());
         assert!(
-            expected.settled(&other, &reader),
+            settled(&expected, &other, &reader),
             "another group waits for nothing"
         );
         writer.apply_watcher_event(&Event::Apply(pod("a", "9")));
         writer.apply_watcher_event(&Event::Apply(pod("b", "12")));
         assert!(
-            !expected.settled(&g(), &reader),
+            !settled(&expected, &g(), &reader),
             "a is older than the write"
         );
         let unseen = expected.unseen_since(&g(), &reader).expect("a is unseen");
         assert!(unseen.elapsed() < Duration::from_secs(5), "{unseen:?}");
         writer.apply_watcher_event(&Event::Apply(pod("a", "10")));
-        assert!(expected.settled(&g(), &reader));
+        assert!(settled(&expected, &g(), &reader));
         assert_eq!(expected.unseen_since(&g(), &reader), None);
         expected.created(&pod("c", "13"));
         expected.clear(&g());
-        assert!(expected.settled(&g(), &reader));
+        assert!(settled(&expected, &g(), &reader));
         // A patched Pod the store no longer holds was deleted since: nothing to wait for.
         expected.patched(&pod("gone", "14"));
-        assert!(expected.settled(&g(), &reader));
+        assert!(settled(&expected, &g(), &reader));
         // A Pod the operator deleted itself is forgotten.
         expected.created(&pod("d", "15"));
         expected.deleted(&g(), "d");
-        assert!(expected.settled(&g(), &reader));
+        assert!(settled(&expected, &g(), &reader));
     }
 
     #[test]

@@ -103,9 +103,9 @@ pub fn own_writes(ctx: &Context, group: &HcommGroup) -> OwnWrites {
 
 /// Reads the group's rank table and decides whether the caches can be planned from: they
 /// are filled (waiting up to [`CACHE_WAIT`] for their first list, at start only) and show
-/// the group's own writes ([`own_writes`]; a reconcile defers while they are
+/// the group's own writes (`own`, from [`own_writes`]; a reconcile defers while they are
 /// [`OwnWrites::Unseen`]). Call it before taking the placement lock.
-pub async fn prepare(ctx: &Context, group: &HcommGroup) -> Result<Prepared> {
+pub async fn prepare(ctx: &Context, group: &HcommGroup, own: OwnWrites) -> Result<Prepared> {
     let name = group.name_any();
     let namespace = group.namespace().unwrap_or_default();
     let cache_current = match ctx.caches.get() {
@@ -118,7 +118,6 @@ pub async fn prepare(ctx: &Context, group: &HcommGroup) -> Result<Prepared> {
                 caches.nodes.wait_until_ready().await.ok()
             };
             let filled = matches!(tokio::time::timeout(CACHE_WAIT, filled).await, Ok(Some(())));
-            let own = own_writes(ctx, group);
             if !filled {
                 tracing::warn!(wait = ?CACHE_WAIT, "the watch caches were not filled in time; listing instead");
             } else if own != OwnWrites::Seen {

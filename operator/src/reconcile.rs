@@ -34,7 +34,8 @@ pub use hcomm_crds::contract::FINALIZER;
 pub async fn reconcile(group: Arc<HcommGroup>, ctx: Arc<Context>) -> Result<Action> {
     // Planned from a Pod cache that lacks this group's last writes, it would create their
     // Pods again; the event that brings them runs it again (`crate::cache`).
-    if let observe::OwnWrites::Unseen { recheck_after } = observe::own_writes(&ctx, &group) {
+    let own_writes = observe::own_writes(&ctx, &group);
+    if let observe::OwnWrites::Unseen { recheck_after } = own_writes {
         ctx.metrics.deferred.inc();
         tracing::debug!(
             namespace = %group.namespace().unwrap_or_default(),
@@ -52,7 +53,7 @@ pub async fn reconcile(group: Arc<HcommGroup>, ctx: Arc<Context>) -> Result<Acti
         group = %group.name_any(),
         epoch = tracing::field::Empty,
     );
-    let result = pipeline(&group, &ctx).instrument(span).await;
+    let result = pipeline(&group, &ctx, own_writes).instrument(span).await;
     ctx.metrics
         .duration
         .observe(started.elapsed().as_secs_f64());
@@ -72,7 +73,14 @@ pub fn error_policy(group: Arc<HcommGroup>, error: &Error, ctx: Arc<Context>) ->
     }
 }
 
-async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
+/// `own_writes`: judged as the reconcile began, `Seen` or `Overdue` (it does not change
+/// before `prepare`: only this reconcile writes the group's Pods, and kube-rs never runs two
+/// reconciles of one group at once).
+async fn pipeline(
+    group: &HcommGroup,
+    ctx: &Context,
+    own_writes: observe::OwnWrites,
+) -> Result<Action> {
     let deleting = group.meta().deletion_timestamp.is_some();
     if !deleting && !group.finalizers().iter().any(|f| f == FINALIZER) {
         add_finalizer(ctx, group).await?;
@@ -91,7 +99,7 @@ async fn pipeline(group: &HcommGroup, ctx: &Context) -> Result<Action> {
         pdb::ensure(&ctx.client, group).await?;
         ctx.budget_ensured.done(&uid, checked_at);
     }
-    let prepared = observe::prepare(ctx, group).await?;
+    let prepared = observe::prepare(ctx, group, own_writes).await?;
     // From reading every group's NPUs to assuming this plan's joiners on their nodes
     // (`crate::cache`): no API call in between when the caches are current.
     let placement = ctx.placement.lock().await;

@@ -118,10 +118,7 @@ impl Admission {
         } else {
             PeerKind::Stranger
         };
-        let pool = match kind {
-            PeerKind::Known => &mut self.known_held,
-            PeerKind::Stranger => &mut self.strangers_held,
-        };
+        let pool = self.pool(kind);
         if *pool >= limits.total.max(1) {
             return Err(Refusal::Total);
         }
@@ -133,16 +130,22 @@ impl Admission {
     /// Gives back a slot `peer` took as `kind` (an address with no slot left is
     /// forgotten, so the table holds only current peers).
     pub fn release(&mut self, peer: IpAddr, kind: PeerKind) {
-        if let Some(n) = self.per_peer.get_mut(&peer) {
-            *n -= 1;
-            let pool = match kind {
-                PeerKind::Known => &mut self.known_held,
-                PeerKind::Stranger => &mut self.strangers_held,
-            };
-            *pool = pool.saturating_sub(1);
-            if *n == 0 {
-                self.per_peer.remove(&peer);
-            }
+        let Some(n) = self.per_peer.get_mut(&peer) else {
+            return;
+        };
+        *n -= 1;
+        if *n == 0 {
+            self.per_peer.remove(&peer);
+        }
+        let pool = self.pool(kind);
+        *pool = pool.saturating_sub(1);
+    }
+
+    /// The count of slots held in `kind`'s pool.
+    fn pool(&mut self, kind: PeerKind) -> &mut usize {
+        match kind {
+            PeerKind::Known => &mut self.known_held,
+            PeerKind::Stranger => &mut self.strangers_held,
         }
     }
 

@@ -115,7 +115,8 @@ fn release_at_least(release: &str, want: (u32, u32)) -> Option<bool> {
 pub struct FramePaced<'a> {
     stream: &'a mut TcpStream,
     cursor: Cursor,
-    /// The mark set on the socket; `None` when the option is not used.
+    /// The mark set on the socket (0: none set by this reader yet); `None` when the
+    /// option is not used.
     set: Option<usize>,
 }
 
@@ -130,8 +131,11 @@ impl<'a> FramePaced<'a> {
     }
 
     fn pace(&mut self) {
+        self.set_mark(mark(self.cursor));
+    }
+
+    fn set_mark(&mut self, want: usize) {
         let Some(set) = self.set else { return };
-        let want = mark(self.cursor);
         if want == set {
             return;
         }
@@ -159,8 +163,7 @@ impl Drop for FramePaced<'_> {
     /// plain `read_frame`) know nothing of the mark.
     fn drop(&mut self) {
         if self.set.is_some_and(|m| m > 1) {
-            self.cursor = Cursor::Body { left: 1 };
-            self.pace();
+            self.set_mark(1);
         }
     }
 }
