@@ -264,13 +264,16 @@ async fn write_rank_table(
     let name = desired.name_any();
     let api: Api<ConfigMap> =
         Api::namespaced(ctx.client.clone(), &group.namespace().unwrap_or_default());
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&desired),
-    )
-    .await
-    .map_err(Error::kube(format!("write rank table {name}")))?;
+    let written = api
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&desired),
+        )
+        .await
+        .map_err(Error::kube(format!("write rank table {name}")))?;
+    let group_key = (group.namespace().unwrap_or_default(), group.name_any());
+    ctx.table_writes.wrote(group_key, &written);
     info!(configmap = %name, "wrote rank table");
     Ok(true)
 }

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use hcomm_crds::contract::LABEL_GROUP;
 use hcomm_crds::{HcommGroup, HcommNode};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
@@ -52,6 +52,8 @@ pub struct Caches {
     pub hcomm_nodes: Store<HcommNode>,
     /// Every Kubernetes Node.
     pub nodes: Store<Node>,
+    /// The groups' rank-table ConfigMaps (labelled as the operator's, with a group).
+    pub rank_tables: Store<ConfigMap>,
 }
 
 /// The caches of the running controller, if one runs (a reconcile called directly, as in
@@ -161,6 +163,63 @@ impl Expectations {
 
     /// Forgets `group`'s recorded writes (its reconcile listed from the API server).
     pub fn clear(&self, group: &GroupKey) {
+        lock(&self.0).remove(group);
+    }
+}
+
+/// The rank-table ConfigMap each group's reconcile last wrote, by the resource version the
+/// API server answered. A reconcile reads its group's table from the store once the store
+/// shows that write or a newer version, and GETs it until then — the recorded epoch comes
+/// from the table, and planning from a table older than the operator's own last write
+/// would publish the same epoch twice. Kept after the store shows it: a watch event at
+/// exactly that version is the write coming back, which wakes nobody.
+#[derive(Default)]
+pub struct TableWrites(Mutex<HashMap<GroupKey, String>>);
+
+impl TableWrites {
+    /// Records the API server's answer to a write of `group`'s table.
+    pub fn wrote(&self, group: GroupKey, written: &ConfigMap) {
+        if let Some(rv) = written.resource_version() {
+            lock(&self.0).insert(group, rv);
+        }
+    }
+
+    /// `group`'s table (its name `name`) as the store shows it, if that is current:
+    /// `Some(None)` is "there is none". `None`: the store does not show the last write
+    /// yet, or lost the table since (deleted, or its labels taken off); a GET tells which.
+    pub fn cached(
+        &self,
+        group: &GroupKey,
+        name: &str,
+        store: &Store<ConfigMap>,
+    ) -> Option<Option<Arc<ConfigMap>>> {
+        let found = store.get(&ObjectRef::new(name).within(&group.0));
+        let Some(written) = lock(&self.0).get(group).cloned() else {
+            return Some(found);
+        };
+        let current = found.as_ref().is_some_and(|table| {
+            table
+                .resource_version()
+                .is_some_and(|have| at_least(&have, &written))
+        });
+        current.then_some(found)
+    }
+
+    /// Whether `table` is, as far as this process knows, its own last write of it coming
+    /// back through the watch (not a change someone else made).
+    pub fn own_echo(&self, table: &ConfigMap) -> bool {
+        let (Some(ns), Some(group), Some(rv)) = (
+            table.namespace(),
+            table.labels().get(LABEL_GROUP).cloned(),
+            table.resource_version(),
+        ) else {
+            return false;
+        };
+        lock(&self.0).get(&(ns, group)) == Some(&rv)
+    }
+
+    /// Forgets `group` (it is gone).
+    pub fn forget(&self, group: &GroupKey) {
         lock(&self.0).remove(group);
     }
 }
@@ -319,6 +378,54 @@ mod tests {
         assert!(used.is_empty(), "withdrawn");
     }
 
+    fn table(rv: &str) -> ConfigMap {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "g-rank-table", "namespace": "ns", "resourceVersion": rv,
+                         "labels": {(LABEL_GROUP): "g"}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_rank_table_is_read_from_the_store_only_once_it_shows_the_last_write() {
+        let (reader, mut writer) = store::<ConfigMap>();
+        let writes = TableWrites::default();
+        let cached = |w: &TableWrites| {
+            w.cached(&g(), "g-rank-table", &reader)
+                .map(|t| t.and_then(|t| t.resource_version()))
+        };
+        assert_eq!(cached(&writes), Some(None), "nothing written, none stored");
+        writer.apply_watcher_event(&Event::Apply(table("5")));
+        assert_eq!(cached(&writes), Some(Some("5".into())), "someone else's");
+        writes.wrote(g(), &table("7"));
+        assert_eq!(cached(&writes), None, "the store is behind the write: GET");
+        assert!(
+            !writes.own_echo(&table("5")),
+            "an older version is not the write"
+        );
+        assert!(writes.own_echo(&table("7")));
+        writer.apply_watcher_event(&Event::Apply(table("7")));
+        assert_eq!(cached(&writes), Some(Some("7".into())));
+        writer.apply_watcher_event(&Event::Apply(table("9")));
+        assert_eq!(
+            cached(&writes),
+            Some(Some("9".into())),
+            "a newer edit counts"
+        );
+        assert!(
+            !writes.own_echo(&table("9")),
+            "someone else's edit wakes the group"
+        );
+        writer.apply_watcher_event(&Event::Delete(table("9")));
+        assert_eq!(
+            cached(&writes),
+            None,
+            "deleted since the write: GET to be sure"
+        );
+        writes.forget(&g());
+        assert_eq!(cached(&writes), Some(None));
+    }
+
     #[test]
     fn installed_caches_go_with_their_guard() {
         let shared = SharedCaches::default();
@@ -327,6 +434,7 @@ mod tests {
             groups: store().0,
             hcomm_nodes: store().0,
             nodes: store().0,
+            rank_tables: store().0,
         };
         let guard = shared.install(caches);
         assert!(shared.get().is_some());

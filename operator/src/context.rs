@@ -41,6 +41,9 @@ pub struct Context {
     pub caches: crate::cache::SharedCaches,
     /// The operator's Pod writes the Pod cache must show before a group's next plan.
     pub expected: Arc<crate::cache::Expectations>,
+    /// The rank tables the operator wrote, which the table store must show before a
+    /// reconcile reads its group's table from it.
+    pub table_writes: Arc<crate::cache::TableWrites>,
     /// NPUs promised to joiners whose Pods the cache does not show yet.
     pub assumed: Arc<crate::cache::Assumed>,
     /// Groups whose Secret this process made sure of lately (`crate::recently`).
@@ -77,6 +80,7 @@ impl Context {
             placement: std::sync::Arc::new(tokio::sync::Mutex::new(())),
             caches: crate::cache::SharedCaches::default(),
             expected: Arc::default(),
+            table_writes: Arc::default(),
             assumed: Arc::default(),
             secret_ensured: Arc::default(),
             budget_ensured: Arc::default(),

@@ -44,9 +44,9 @@ pub mod watches;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use hcomm_crds::contract::LABEL_GROUP;
+use hcomm_crds::contract::{LABEL_GROUP, LABEL_MANAGED_BY, MANAGER_NAME};
 use hcomm_crds::{HcommGroup, HcommNode};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -160,12 +160,17 @@ async fn lead(
 /// is called once the `HcommGroup` and `HcommNode` stores have their first full list.
 pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
     let client = ctx.client.clone();
-    let (groups, pods): (Api<HcommGroup>, Api<Pod>) = match &ctx.namespace {
+    let (groups, pods, tables): (Api<HcommGroup>, Api<Pod>, Api<ConfigMap>) = match &ctx.namespace {
         Some(ns) => (
             Api::namespaced(client.clone(), ns),
             Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
         ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
+        None => (
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+        ),
     };
     let nodes: Api<HcommNode> = Api::all(client.clone());
     // The member Pods: one watch fills the store reconciles read (`cache`) and triggers
@@ -202,6 +207,26 @@ pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
         let changed = node.ok().filter(|n| cordons.changed(n)).map(|_| ());
         async move { changed }
     });
+    // The rank tables: reconciles read them from this store (`cache::TableWrites`); a table
+    // deleted or changed by anyone but this process wakes its group, which writes it again.
+    let writes = ctx.table_writes.clone();
+    let (table_store, table_writer) = reflector::store();
+    let table_changes = reflector::reflector(
+        table_writer,
+        watcher(
+            tables,
+            watcher::Config::default().labels(&rank_table_selector()),
+        )
+        .default_backoff(),
+    )
+    .filter_map(move |event| {
+        let foreign = match event {
+            Ok(watcher::Event::Delete(table)) => Some(Ok(table)),
+            Ok(watcher::Event::Apply(table)) if !writes.own_echo(&table) => Some(Ok(table)),
+            _ => None,
+        };
+        async move { foreign }
+    });
     let controller = Controller::new(groups, watcher::Config::default());
     let group_store = controller.store();
     // Reconciles read these from now on; they go when this controller stops.
@@ -210,9 +235,11 @@ pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
         groups: group_store.clone(),
         hcomm_nodes: node_store.clone(),
         nodes: kube_node_store,
+        rank_tables: table_store,
     });
     let run = controller
         .owns_stream(pod_events)
+        .owns_stream(table_changes)
         .reconcile_all_on(futures::stream::select(node_changes, cordon_changes))
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| async move {
@@ -231,6 +258,11 @@ pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
         () = run => {}
         () = synced => {}
     }
+}
+
+/// The rank-table ConfigMaps' label selector: the operator's, of some group.
+fn rank_table_selector() -> String {
+    format!("{LABEL_MANAGED_BY}={MANAGER_NAME},{LABEL_GROUP}")
 }
 
 /// Whether `store` received its first full list (false: its writer is gone).

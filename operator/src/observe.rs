@@ -108,14 +108,16 @@ pub fn own_writes(ctx: &Context, group: &HcommGroup) -> OwnWrites {
 pub async fn prepare(ctx: &Context, group: &HcommGroup, own: OwnWrites) -> Result<Prepared> {
     let name = group.name_any();
     let namespace = group.namespace().unwrap_or_default();
-    let cache_current = match ctx.caches.get() {
+    let caches = ctx.caches.get();
+    let cache_current = match &caches {
         None => false,
         Some(caches) => {
             let filled = async {
                 caches.pods.wait_until_ready().await.ok()?;
                 caches.groups.wait_until_ready().await.ok()?;
                 caches.hcomm_nodes.wait_until_ready().await.ok()?;
-                caches.nodes.wait_until_ready().await.ok()
+                caches.nodes.wait_until_ready().await.ok()?;
+                caches.rank_tables.wait_until_ready().await.ok()
             };
             let filled = matches!(tokio::time::timeout(CACHE_WAIT, filled).await, Ok(Some(())));
             if !filled {
@@ -129,13 +131,22 @@ pub async fn prepare(ctx: &Context, group: &HcommGroup, own: OwnWrites) -> Resul
             filled && own == OwnWrites::Seen
         }
     };
-    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
-    let config_map = config_maps
-        .get_opt(&config_map_name(&name))
-        .await
-        .map_err(Error::kube(format!(
-            "read rank table of {namespace}/{name}"
-        )))?;
+    let table_name = config_map_name(&name);
+    let key = (namespace.clone(), name.clone());
+    // From the store once it shows the operator's last write of the table (a reconcile
+    // then costs no read at all), else from the API server.
+    let cached = caches
+        .filter(|_| cache_current)
+        .and_then(|c| ctx.table_writes.cached(&key, &table_name, &c.rank_tables));
+    let config_map = match cached {
+        Some(table) => table.map(Arc::unwrap_or_clone),
+        None => Api::<ConfigMap>::namespaced(ctx.client.clone(), &namespace)
+            .get_opt(&table_name)
+            .await
+            .map_err(Error::kube(format!(
+                "read rank table of {namespace}/{name}"
+            )))?,
+    };
     Ok(Prepared {
         config_map,
         cache_current,

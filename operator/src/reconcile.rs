@@ -170,6 +170,8 @@ async fn pipeline(
                 ctx.secret_ensured.forget(uid);
                 ctx.budget_ensured.forget(uid);
             }
+            let key = (group.namespace().unwrap_or_default(), group.name_any());
+            ctx.table_writes.forget(&key);
             remove_finalizer(ctx, group).await?;
             ctx.metrics
                 .forget_group(&group.namespace().unwrap_or_default(), &group.name_any());

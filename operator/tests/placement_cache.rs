@@ -1,17 +1,20 @@
 //! Reconciles read the controller's watch caches (issue 20), and placement still never
 //! hands one NPU to two members: several groups created at once on nodes with exactly the
 //! room they need get every member placed and no node asked for more NPUs than it has —
-//! each reconcile waited for the cache to show the Pods the one before it created.
+//! each reconcile waited for the cache to show the Pods the one before it created. And
+//! the rank tables, read from a watch cache too, are written again at once when someone
+//! deletes or edits one.
 
 mod support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{Context as _, ensure};
+use anyhow::{Context as _, Result, bail, ensure};
 use hcomm_crds::contract::ascend::RESOURCE_ASCEND910;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::ListParams;
+use hcomm_crds::rank_table::KEY_RANK_TABLE;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use support::{Cluster, Operator, group_manifest, run, wait_until};
 
 const GROUPS: [&str; 3] = ["a", "b", "c"];
@@ -80,6 +83,51 @@ fn groups_created_at_once_fill_the_nodes_exactly_and_never_share_an_npu() {
         // The reconciles read the caches (the operator would say when it listed instead).
         let log = operator.log_text();
         ensure!(!log.contains("listing instead"), "{log}");
+
+        // A rank table deleted, or edited, by someone else is written again by the next
+        // reconcile its watch event triggers — well before any periodic requeue (300 s
+        // for a quiet group) — and with the same epoch and members.
+        let tables: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+        let name = "a-rank-table";
+        let published = wait_until("a's rank table", || async {
+            tables.get_opt(name).await.ok()?.and_then(|t| t.data)
+        })
+        .await
+        .with_context(|| operator.log_tail())?;
+        tables.delete(name, &DeleteParams::default()).await?;
+        restored(&tables, name, &published)
+            .await
+            .with_context(|| operator.log_tail())?;
+        let tamper = serde_json::json!({"data": {KEY_RANK_TABLE: "{}"}});
+        tables
+            .patch(name, &PatchParams::default(), &Patch::Merge(&tamper))
+            .await?;
+        restored(&tables, name, &published)
+            .await
+            .with_context(|| operator.log_tail())?;
         Ok(())
     });
+}
+
+/// How soon a rank table someone else changed must be back (a watch event and one
+/// reconcile; no periodic requeue comes this soon).
+const RESTORED_WITHIN: Duration = Duration::from_secs(15);
+
+/// Waits, within [`RESTORED_WITHIN`], until the ConfigMap `name` holds `data` again.
+async fn restored(
+    tables: &Api<ConfigMap>,
+    name: &str,
+    data: &BTreeMap<String, String>,
+) -> Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        let now = tables.get_opt(name).await?.and_then(|t| t.data);
+        if now.as_ref() == Some(data) {
+            return Ok(());
+        }
+        if started.elapsed() > RESTORED_WITHIN {
+            bail!("{name} not restored within {RESTORED_WITHIN:?}: {now:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
