@@ -174,7 +174,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         .cfg
         .weights_gc_grace
         .map(|grace| tokio::spawn(weights_gc_loop(ctx.clone(), store.clone(), grace)));
-    let weights_task = tokio::spawn(ChunkServer::serve(
+    let weights_task = tokio::spawn(ChunkServer::serve_with_stats(
         weights_l,
         store,
         ServerConfig {
@@ -185,6 +185,7 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
                 group_secrets,
             )))
         },
+        ctx.metrics.weights_server.clone(),
         stopped(),
     ));
     let api_l = api_server::bind(&ctx.cfg.socket_path)?;

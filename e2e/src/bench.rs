@@ -108,6 +108,12 @@ pub fn clock_ticks() -> f64 {
     })
 }
 
+/// The value of the unlabelled metric `name` in a Prometheus text exposition.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -298,16 +298,16 @@ impl Report<'_> {
         let _ = writeln!(md);
         let _ = writeln!(
             md,
-            "| link (Mbit/s) | strategy | joiners | size (MiB) | floor (s) | time (s) | time − floor (s) | ratio to floor | ratio to 1 joiner | Rebuild / Incremental | no member Ready (s) | first Pod (s) | slowest joiner: verify / sync / join (s) | machine CPU busy | agents CPU (s) | agents CPU per GiB received (s) |"
+            "| link (Mbit/s) | strategy | joiners | size (MiB) | floor (s) | time (s) | time − floor (s) | ratio to floor | ratio to 1 joiner | Rebuild / Incremental | no member Ready (s) | first Pod (s) | slowest joiner: verify / sync / join (s) | machine CPU busy | agents CPU (s) | agents CPU per GiB received (s) | set copies sent: members / joiners |"
         );
         let _ = writeln!(
             md,
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         for r in self.results {
             let _ = writeln!(
                 md,
-                "| {} | {}{} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {:.2} | {} | {} / {} / {} | {:.0} % | {:.1} | {} |",
+                "| {} | {}{} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {:.2} | {} | {} / {} / {} | {:.0} % | {:.1} | {} | {} |",
                 r.rate_mbit,
                 r.strategy.label(),
                 r.teardown_s
@@ -332,6 +332,9 @@ impl Report<'_> {
                 100.0 * r.machine_busy,
                 r.agent_cpu_s,
                 opt(r.cpu_per_gib()),
+                r.copies_sent
+                    .map(|(m, j)| format!("{m:.2} / {j:.2}"))
+                    .unwrap_or_else(|| "-".into()),
             );
         }
         let _ = writeln!(md);

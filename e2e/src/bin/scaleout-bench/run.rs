@@ -45,6 +45,10 @@ pub struct RunResult {
     pub machine_busy: f64,
     /// CPU seconds all agents used during the scale-out.
     pub agent_cpu_s: f64,
+    /// Incremental: copies of the set the existing members' chunk servers sent, and the
+    /// joiners' (relaying to each other). Ideally 1 and k − 1: every chunk leaves the
+    /// existing members once and the joiners pass it on.
+    pub copies_sent: Option<(f64, f64)>,
 }
 
 impl RunResult {
@@ -122,6 +126,7 @@ pub async fn run_one(
     );
     let cpu0 = machine::machine_cpu();
     let agents0 = machine::process_cpu_s(&agents);
+    let served0 = served_bytes(bed);
     clock.say(format!("{group}: kubectl scale --replicas={}", 1 + k));
     let t0 = Instant::now();
     bed.scale(&group, (1 + k) as u32)?;
@@ -132,6 +137,7 @@ pub async fn run_one(
     let elapsed = t0.elapsed();
     let cpu1 = machine::machine_cpu();
     let agents1 = machine::process_cpu_s(&agents);
+    let served1 = served_bytes(bed);
 
     let nodes: std::collections::BTreeSet<&str> = after.iter().map(|m| m.node.as_str()).collect();
     ensure!(
@@ -203,6 +209,12 @@ pub async fn run_one(
             .and_then(|b| timeline.member(&b.name)?.deleted)
             .map(|d| d.saturating_sub(start).as_secs_f64()),
     };
+    let copies_sent = (strategy == Strategy::Incremental)
+        .then(|| {
+            let old: Vec<&str> = before.iter().map(|m| m.node.as_str()).collect();
+            copies_sent(bed, &served0, &served1, bytes, &old)
+        })
+        .flatten();
     let result = RunResult {
         rate_mbit,
         strategy,
@@ -218,6 +230,7 @@ pub async fn run_one(
         join_s,
         machine_busy: machine::busy_between(cpu0, cpu1),
         agent_cpu_s: agents1 - agents0,
+        copies_sent,
     };
 
     if let Some(dir) = &args.timeline_svg {
@@ -246,6 +259,42 @@ pub async fn run_one(
         remove_weights(bed, &source, &digest, &group);
     }
     Ok(result)
+}
+
+/// The agents' counter of chunk bytes sent (`agent/src/metrics.rs`).
+const SERVED_BYTES: &str = "hcomm_agent_weights_served_bytes_total";
+
+/// Chunk bytes each host's chunk server has sent so far (`None`: its agent did not say).
+fn served_bytes(bed: &Testbed) -> Vec<Option<f64>> {
+    (0..bed.hosts().len())
+        .map(|i| {
+            let text = bed.agent_metrics(i).ok()?;
+            hcomm_e2e::bench::metric(&text, SERVED_BYTES)
+        })
+        .collect()
+}
+
+/// Copies of a `bytes`-byte set sent between two readings of [`served_bytes`], by the
+/// hosts in `old` (the existing members') and by the others; `None` if a host did not say.
+fn copies_sent(
+    bed: &Testbed,
+    before: &[Option<f64>],
+    after: &[Option<f64>],
+    bytes: u64,
+    old: &[&str],
+) -> Option<(f64, f64)> {
+    let (mut members, mut joiners) = (0.0, 0.0);
+    for (i, (b, a)) in before.iter().zip(after).enumerate() {
+        let sent = (*a)? - (*b)?;
+        let name = bed.hosts().host(i).ok()?.name();
+        if old.contains(&name) {
+            members += sent;
+        } else {
+            joiners += sent;
+        }
+    }
+    let set = bytes as f64;
+    Some((members / set, joiners / set))
 }
 
 /// The decode example's `HcommGroup`, renamed, with one member of one device, the
