@@ -214,6 +214,7 @@ impl Run {
                 .as_ref()
                 .map(|p| p.peers.clone())
                 .unwrap_or_default(),
+            stripe: self.plan.as_ref().map(|p| (p.rank, p.world)),
             epoch,
         };
         let weights = self.ports.weights.clone();

@@ -26,6 +26,12 @@ pub struct WeightsRequest {
     pub local_ip: IpAddr,
     /// Peer nodes (name, data address) that may hold the weights.
     pub peers: Vec<(String, String)>,
+    /// This member's place in the rank table, `(member position, members)`: where its
+    /// stripe of the existing members' chunks starts, so joiners of one epoch start
+    /// evenly spread over the set instead of at random (random starts left some joiners
+    /// short stripes, which then raced the others for theirs and made the existing
+    /// members send ~30 % of the set twice; issue 20).
+    pub stripe: Option<(usize, usize)>,
     pub epoch: u64,
 }
 

@@ -309,6 +309,7 @@ impl EngineSyncer {
         fr.timeouts = self.timeouts;
         fr.bind = Some(req.local_ip);
         fr.link = link.clone();
+        fr.stripe = req.stripe;
         // One Event per reason naming every source (see `sync_warnings`).
         let taken = |w: &Arc<Mutex<SyncWarnings>>| {
             std::mem::take(&mut *w.lock().unwrap_or_else(|e| e.into_inner())).events()

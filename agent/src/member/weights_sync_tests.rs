@@ -115,6 +115,7 @@ fn req(spec: Option<hcomm_crds::WeightsSpec>, peers: Vec<(String, String)>) -> W
         interface: "lo".into(),
         local_ip: "127.0.0.1".parse().unwrap(),
         peers,
+        stripe: None,
         epoch: 1,
     }
 }

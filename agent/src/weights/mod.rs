@@ -31,8 +31,10 @@
 //! # Several joiners: a swarm, not k copies
 //!
 //! Every joiner also runs a [`ChunkServer`] on its own store while it fetches, and lists
-//! the other joiners among its sources (the agent passes all members that hold the set
-//! plus all members joining in the same epoch, and `stripe = (my index, joiners)`). A
+//! the other joiners among its sources (the agent passes every other member of the rank
+//! table, and its own place in the table as the first `stripe`; once every source said
+//! whether it holds the whole set, the joiner stripes among the joiners found, by
+//! address: `schedule`). A
 //! joiner serves any chunk as soon as it has verified and written it, and tells others
 //! what it holds through `Have` bitmaps (polled every `have_poll`). The scheduler asks
 //! full sources (existing members) for chunks in a per-joiner rotated order, skipping

@@ -58,8 +58,9 @@ pub struct FetchRequest {
     pub timeouts: Timeouts,
     /// Requests in flight per source.
     pub parallelism: usize,
-    /// This joiner's place among the joiners syncing together, `(index, count)`: picks
-    /// its stripe of the existing members' chunks. `None`: a random stripe.
+    /// This joiner's place among the members syncing together, `(index, count)`: picks
+    /// its stripe of the existing members' chunks (the agent passes its member's place in
+    /// the rank table). `None`: a random stripe.
     pub stripe: Option<(usize, usize)>,
     /// Local address to connect from (the data NIC's), if any.
     pub bind: Option<IpAddr>,

@@ -5,7 +5,14 @@
 //! - A source is *full* (holds the whole set: an existing member) or *partial* (a fellow
 //!   joiner, whose verified chunks we learn from its `Have` bitmap, polled).
 //! - Full sources are asked in this joiner's rotated order (joiner `j` of `k` starts at
-//!   chunk `j·n/k`), skipping chunks a live partial source already holds or is fetching. So k joiners
+//!   chunk `j·n/k`), skipping chunks a live partial source already holds or is fetching.
+//!   `j` and `k` are first a guess (the member's place in the rank table), then, once
+//!   every source answered whether it holds the whole set, this joiner's place among the
+//!   sources that do not plus itself ([`Scheduler::restripe`], ordered by address: every
+//!   joiner of the swarm computes the same list). The rank table's places alone leave the
+//!   existing members' places nobody's stripe: every joiner that finished its own went on
+//!   to the same last unclaimed stretch and asked for the same chunks within one `Have`
+//!   poll of the others (issue 20). So k joiners
 //!   pull disjoint stripes from the existing members and the rest from each other: every
 //!   chunk leaves the existing members about once and the joiners' links carry the copies
 //!   — adding k members costs about one transfer (see `mod.rs`, "Several joiners").
@@ -63,6 +70,8 @@ pub struct Scheduler {
     order: Vec<usize>,
     sources: Vec<SourceView>,
     remaining: usize,
+    /// The order was set from the joiners actually found ([`Scheduler::restripe`]).
+    restriped: bool,
 }
 
 impl Scheduler {
@@ -79,10 +88,9 @@ impl Scheduler {
             })
             .collect();
         let remaining = chunks.iter().filter(|c| **c != ChunkState::Done).count();
-        let start = if n == 0 { 0 } else { start % n };
         Scheduler {
             chunks,
-            order: (start..n).chain(0..start).collect(),
+            order: rotated(n, start),
             sources: vec![
                 SourceView {
                     alive: true,
@@ -93,7 +101,31 @@ impl Scheduler {
                 sources
             ],
             remaining,
+            restriped: false,
         }
+    }
+
+    /// The sources that do not hold the whole set (fellow joiners), once every live
+    /// source told what it holds and if the order was not set from them yet; `None`
+    /// before that, and after.
+    pub fn fellow_joiners(&self) -> Option<Vec<usize>> {
+        let told = self
+            .sources
+            .iter()
+            .all(|s| !s.alive || s.holdings != Holdings::Unknown);
+        (told && !self.restriped).then(|| {
+            (0..self.sources.len())
+                .filter(|&i| matches!(self.sources[i].holdings, Holdings::Partial(..)))
+                .collect()
+        })
+    }
+
+    /// Asks full sources from this joiner's stripe among `count` joiners (it is the
+    /// `index`-th) from now on; done once (see the module's policy).
+    pub fn restripe(&mut self, index: usize, count: usize) {
+        let n = self.chunks.len();
+        self.order = rotated(n, Self::stripe_start(n, index, count));
+        self.restriped = true;
     }
 
     /// The start chunk for joiner `index` of `count` joiners syncing together.
@@ -248,6 +280,12 @@ impl Scheduler {
     }
 }
 
+/// `0..n` starting at `start` (mod n) and wrapping.
+fn rotated(n: usize, start: usize) -> Vec<usize> {
+    let start = start.checked_rem(n).unwrap_or(0);
+    (start..n).chain(0..start).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,6 +343,29 @@ mod tests {
         );
         assert_eq!(s.next_for(0), None, "one chunk at a time");
         assert_eq!(s.next_for(1), None);
+    }
+
+    #[test]
+    fn once_every_source_told_the_joiner_stripes_among_the_joiners_found() {
+        // Source 0 is an existing member, 1 and 2 are fellow joiners; 12 chunks.
+        let mut s = Scheduler::new(12, &ChunkBits::new(12), 3, 4);
+        s.set_holdings(0, ChunkBits::full(12), ChunkBits::new(12));
+        s.set_holdings(1, ChunkBits::new(12), ChunkBits::new(12));
+        assert_eq!(s.fellow_joiners(), None, "source 2 has not told yet");
+        s.set_holdings(2, bits(12, &[0]), ChunkBits::new(12));
+        assert_eq!(s.fellow_joiners(), Some(vec![1, 2]));
+        // This joiner is the last of three: its stripe starts at 8.
+        s.restripe(2, 3);
+        assert_eq!(s.fellow_joiners(), None, "once");
+        assert_eq!(s.next_for(0), Some(8));
+        let rest: Vec<usize> = std::iter::from_fn(|| s.next_for(0)).collect();
+        assert_eq!(rest, [9, 10, 11, 1, 2, 3, 4, 5, 6, 7], "0 is with a peer");
+        // A dead source that never told does not hold it up.
+        let mut s = Scheduler::new(4, &ChunkBits::new(4), 2, 0);
+        s.set_holdings(0, ChunkBits::full(4), ChunkBits::new(4));
+        assert_eq!(s.fellow_joiners(), None);
+        s.lose(1);
+        assert_eq!(s.fellow_joiners(), Some(vec![]));
     }
 
     #[test]
