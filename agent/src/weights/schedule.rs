@@ -28,6 +28,10 @@ use std::collections::HashSet;
 
 use super::bitset::ChunkBits;
 
+/// Chunks left, per live source, below which a full source helps with chunks a fellow
+/// joiner already holds, whatever else is on its way (see `next_for`).
+const ENDGAME_CHUNKS: usize = 2;
+
 /// Corrupt chunks after which a source is dropped.
 pub const MAX_CORRUPT_PER_SOURCE: u32 = 3;
 
@@ -185,6 +189,17 @@ impl Scheduler {
             }
     }
 
+    /// Every chunk is verified here or held by a live fellow joiner. O(chunks × sources),
+    /// asked only when a full source found nothing else to send.
+    fn joiners_hold_all(&self) -> bool {
+        (0..self.chunks.len()).all(|i| {
+            self.chunks[i] == ChunkState::Done
+                || self.sources.iter().any(|s| {
+                    s.alive && matches!(&s.holdings, Holdings::Partial(held, _) if held.get(i))
+                })
+        })
+    }
+
     /// Some live fellow joiner holds chunk `i` or is fetching it.
     fn a_peer_has_or_gets(&self, i: usize) -> bool {
         self.sources.iter().any(|s| {
@@ -199,8 +214,13 @@ impl Scheduler {
         let pick = if self.is_full(src) {
             // Endgame: once every needed chunk is with a fellow joiner, a full source still
             // helps (a peer may be slow or die), but one chunk at a time, so members do not
-            // send many copies of what the joiners already pass around.
-            let idle = !self.chunks.contains(&ChunkState::InFlight(src));
+            // send many copies of what the joiners already pass around — and only once
+            // the joiners hold every chunk between them (the members' uplinks have no
+            // chunk left that only they can send; helping earlier made the existing member
+            // send 6-8 % of the set twice while its last chunks were still on their way:
+            // issue 20), or when few chunks are left (a slow fellow joiner's last ones).
+            let idle = !self.chunks.contains(&ChunkState::InFlight(src))
+                && (self.joiners_hold_all() || self.remaining <= ENDGAME_CHUNKS * self.alive());
             self.order
                 .iter()
                 .copied()
@@ -343,6 +363,26 @@ mod tests {
         );
         assert_eq!(s.next_for(0), None, "one chunk at a time");
         assert_eq!(s.next_for(1), None);
+    }
+
+    #[test]
+    fn a_full_source_sends_what_a_joiner_holds_only_once_nothing_is_left_only_it_has() {
+        // 40 chunks: this joiner verified 0..20; its fellow (source 1) holds 20..39 and is
+        // still fetching 39 — from the existing member (source 0), for all we know.
+        let mut s = Scheduler::new(40, &ChunkBits::new(40), 2, 0);
+        s.set_holdings(0, ChunkBits::full(40), ChunkBits::new(40));
+        let fellow: Vec<usize> = (20..39).collect();
+        s.set_holdings(1, bits(40, &fellow), bits(40, &[39]));
+        (0..20).for_each(|i| s.complete(i));
+        assert_eq!(
+            s.next_for(0),
+            None,
+            "chunk 39 has not left the member yet: its uplink is not spare"
+        );
+        let all: Vec<usize> = (20..40).collect();
+        s.set_holdings(1, bits(40, &all), ChunkBits::new(40));
+        assert_eq!(s.next_for(0), Some(20), "now it helps");
+        assert_eq!(s.next_for(0), None, "one chunk at a time");
     }
 
     #[test]
