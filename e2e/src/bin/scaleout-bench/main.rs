@@ -8,7 +8,8 @@
 //! physical floor, the weights over one joiner's link rate. Every member sits on its own
 //! host (one device per host), so each joiner's downlink is a separate shaped link.
 //!
-//! Each (strategy, k) gets a fresh group (`bench-inc-2`, `bench-reb-4`, ...) with its own
+//! Each (strategy, k) gets a fresh group (`bench-inc-2`, `bench-reb-4`, ...; `bench-inc-2-n3` with
+//! `--repeat`) with its own
 //! weights set (a distinct seed), so no joiner's content-addressed store already holds it.
 //! The group is applied with one member, which imports the set from the source folder;
 //! then the clock starts, the group is scaled, and it stops when `wait_pool_ready` sees

@@ -83,10 +83,18 @@ pub async fn run_one(
     k: usize,
     seed: u64,
 ) -> Result<RunResult> {
-    let group = if args.rates.len() > 1 {
-        format!("bench-{}-{k}-r{rate_mbit}", strategy.short())
+    // The repeat in the name too: the member timeline is kept by Pod name, and a repeat
+    // under the same name read the first run's marks (`--repeat` showed one breakdown
+    // five times).
+    let run = if args.repeat > 1 {
+        format!("-n{seed}")
     } else {
-        format!("bench-{}-{k}", strategy.short())
+        String::new()
+    };
+    let group = if args.rates.len() > 1 {
+        format!("bench-{}-{k}-r{rate_mbit}{run}", strategy.short())
+    } else {
+        format!("bench-{}-{k}{run}", strategy.short())
     };
     let source = bed.dir().join("models").join(&group);
     let digest = testbed::weights::generate(&source, args.size_mib, seed)?;
