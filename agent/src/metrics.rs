@@ -253,7 +253,7 @@ impl Metrics {
             .expect("register");
         r.register(Box::new(m.listener_open.clone()))
             .expect("register");
-        m.fold_listeners();
+        m.fold_counters();
         for p in Phase::NAMES {
             m.members.with_label_values(&[p]).set(0);
         }
@@ -283,7 +283,7 @@ impl Metrics {
 
     /// Folds the listeners' admission counters and the chunk server's counters into the
     /// exported metrics.
-    pub fn fold_listeners(&self) {
+    pub fn fold_counters(&self) {
         let _one_at_a_time = self.fold.lock().unwrap_or_else(|e| e.into_inner());
         for guard in self.listeners.all() {
             let c = guard.counts();
@@ -315,7 +315,7 @@ impl Metrics {
     /// The text exposition.
     pub fn render(&self) -> String {
         self.refresh_process();
-        self.fold_listeners();
+        self.fold_counters();
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()

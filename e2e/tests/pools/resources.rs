@@ -108,11 +108,9 @@ async fn scale_cycle(bed: &Testbed) -> Result<()> {
     Ok(())
 }
 
-/// The value of the unlabelled metric `name` in a Prometheus text exposition.
-pub fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
+/// The value of the unlabelled metric `name` in a Prometheus text exposition (shared with
+/// the benchmarks).
+pub use hcomm_e2e::bench::metric;
 
 #[derive(Debug)]
 struct ProcUsage {
