@@ -243,9 +243,21 @@ async fn pytest_as_a_members_engine(pools: &mut ExamplePools) -> Result<()> {
         .dir()
         .join("logs")
         .join(format!("{NS}_{victim}_engine.log"));
-    let text = std::fs::read_to_string(&log).with_context(|| format!("{}", log.display()))?;
+    // The engine notes `done` before pytest prints its summary line: wait for the line.
+    let t = Instant::now();
+    let text = loop {
+        let text = std::fs::read_to_string(&log).with_context(|| format!("{}", log.display()))?;
+        if text.contains(" passed") || text.contains(" failed") || text.contains(" error") {
+            break text;
+        }
+        ensure!(
+            t.elapsed() < Duration::from_secs(30),
+            "{victim}'s pytest printed no summary within 30 s:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     ensure!(
-        text.contains("1 passed"),
+        text.contains("1 passed") && !text.contains(" failed"),
         "{victim}'s pytest did not pass:\n{text}"
     );
     // The members that stay saw 3, then 2 again; each epoch's sum its size.

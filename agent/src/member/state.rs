@@ -27,6 +27,19 @@ pub enum Stage {
     Join,
 }
 
+/// Why a member leaves: it decides what the Pod says once it is out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Departure {
+    /// Drained: nothing was in flight when it left.
+    Drained,
+    /// Drained past its deadline: requests were still in flight.
+    DrainTimedOut,
+    /// Never joined (drain requested while verifying, syncing, joining or after a failed
+    /// stage): nothing to drain, and its `Joined` condition keeps what it was (a failed
+    /// join keeps its reason for `kubectl describe`; "left the domain" would be untrue).
+    NeverJoined,
+}
+
 /// Where a member is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Phase {
@@ -47,7 +60,7 @@ pub enum Phase {
         epoch: u64,
     },
     Leaving {
-        timed_out: bool,
+        why: Departure,
     },
     Drained,
     Failed {
@@ -412,7 +425,9 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
         ),
         (P::Draining { .. } | P::Leaving { .. }, E::DrainRequested) => same(),
         (_, E::DrainRequested) => (
-            P::Leaving { timed_out: false },
+            P::Leaving {
+                why: Departure::NeverJoined,
+            },
             vec![
                 cond(
                     POD_MEMBER_READY,
@@ -433,24 +448,42 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
                     message: "requests were still in flight at the drain deadline".into(),
                 });
             }
-            (P::Leaving { timed_out }, actions)
-        }
-        (P::Leaving { timed_out }, E::Left) => {
-            let (reason, msg) = if *timed_out {
-                (
-                    PodReason::DrainTimedOut,
-                    "drain timed out with requests in flight; left the domain",
-                )
+            let why = if timed_out {
+                Departure::DrainTimedOut
             } else {
-                (PodReason::Drained, "no requests in flight; left the domain")
+                Departure::Drained
             };
-            (
-                P::Drained,
-                vec![
-                    cond(POD_JOINED, false, PodReason::Left, "left the domain"),
-                    cond(POD_DRAINED, true, reason, msg),
+            (P::Leaving { why }, actions)
+        }
+        (P::Leaving { why }, E::Left) => {
+            let left = || cond(POD_JOINED, false, PodReason::Left, "left the domain");
+            let actions = match why {
+                Departure::Drained => vec![
+                    left(),
+                    cond(
+                        POD_DRAINED,
+                        true,
+                        PodReason::Drained,
+                        "no requests in flight; left the domain",
+                    ),
                 ],
-            )
+                Departure::DrainTimedOut => vec![
+                    left(),
+                    cond(
+                        POD_DRAINED,
+                        true,
+                        PodReason::DrainTimedOut,
+                        "drain timed out with requests in flight; left the domain",
+                    ),
+                ],
+                Departure::NeverJoined => vec![cond(
+                    POD_DRAINED,
+                    true,
+                    PodReason::Drained,
+                    "never joined the domain: nothing to drain",
+                )],
+            };
+            (P::Drained, actions)
         }
         _ => same(),
     }

@@ -151,9 +151,30 @@ fn a_timed_out_drain_is_recorded_as_such() {
 #[test]
 fn a_drain_before_ready_skips_waiting() {
     let (p, a) = step(&Phase::Syncing, Event::DrainRequested);
-    assert_eq!(p, Phase::Leaving { timed_out: false });
+    assert_eq!(
+        p,
+        Phase::Leaving {
+            why: Departure::NeverJoined
+        }
+    );
     assert!(a.contains(&Action::Leave));
     assert!(!a.contains(&Action::AwaitDrain));
+}
+
+#[test]
+fn a_failed_joiner_drained_keeps_its_join_failure_on_the_pod() {
+    let failed = Phase::Failed {
+        stage: Stage::Join,
+        message: "the worker cannot serve".into(),
+    };
+    let (p, _) = step(&failed, Event::DrainRequested);
+    let (p, a) = step(&p, Event::Left);
+    assert_eq!(p, Phase::Drained);
+    assert_eq!(
+        conds(&a),
+        [(POD_DRAINED, true)],
+        "Joined stays False with the join's own reason, not `Left`"
+    );
 }
 
 #[test]

@@ -560,6 +560,11 @@ async fn a_drain_before_the_member_served_leaves_without_waiting() {
         k.cluster.condition(POD_DRAINED) == Some((true, PodReason::Drained))
     })
     .await;
+    assert_eq!(
+        kit.cluster.condition(POD_JOINED),
+        None,
+        "it never joined, so it does not say it left"
+    );
     let notices = kit.worker.notices.lock().unwrap().clone();
     assert!(matches!(notices[..], [Notice::DrainRequested { .. }]));
 }
