@@ -35,7 +35,7 @@ use super::progress::{Progress, ProgressSnapshot, SyncEvent};
 use super::protocol::{Request, Response};
 use super::request::Ctx;
 pub use super::request::{FetchRequest, Timeouts};
-use super::schedule::Scheduler;
+use super::schedule::{Scheduler, Swarm};
 use super::store::WeightSet;
 use super::worker::worker;
 
@@ -77,12 +77,13 @@ pub async fn fetch(req: FetchRequest, progress: Progress) -> Result<FetchReport>
     tracing::info!(weights = %digest, chunks = set.table.len(), resumed, sources = req.sources.len(), "fetching weights");
     let n = set.table.len();
     let held = held_bits(&set);
-    let start = match req.stripe {
-        Some((i, k)) => Scheduler::stripe_start(n, i, k),
-        None => rand::random::<u64>() as usize % n.max(1),
+    let swarm = Swarm {
+        sources: req.sources.iter().map(SocketAddr::ip).collect(),
+        own: req.bind,
+        guess: req.stripe,
     };
     let ctx = Arc::new(Ctx {
-        sched: Mutex::new(Scheduler::new(n, &held, req.sources.len(), start)),
+        sched: Mutex::new(Scheduler::new(n, &held, swarm)),
         req,
         set,
         changed: Notify::new(),

@@ -8,7 +8,7 @@
 //!   chunk `j·n/k`), skipping chunks a live partial source already holds or is fetching.
 //!   `j` and `k` are first a guess (the member's place in the rank table), then, once
 //!   every source answered whether it holds the whole set, this joiner's place among the
-//!   sources that do not plus itself ([`Scheduler::restripe`], ordered by address: every
+//!   sources that do not plus itself (`restripe_once_told`, ordered by address: every
 //!   joiner of the swarm computes the same list). The rank table's places alone leave the
 //!   existing members' places nobody's stripe: every joiner that finished its own went on
 //!   to the same last unclaimed stretch and asked for the same chunks within one `Have`
@@ -25,6 +25,7 @@
 //! Picking is a linear scan (O(chunks)); at 4 MiB chunks even a 100 GB set is 25 600 entries.
 
 use std::collections::HashSet;
+use std::net::IpAddr;
 
 use super::bitset::ChunkBits;
 
@@ -67,21 +68,40 @@ pub enum AfterCorrupt {
     Drop,
 }
 
+/// Who syncs together, for this joiner's stripe of the full sources' chunks.
+#[derive(Debug, Clone)]
+pub struct Swarm {
+    /// Every source's address, by source index.
+    pub sources: Vec<IpAddr>,
+    /// This joiner's own address (what its fellows see as a source); `None` (no bind
+    /// address): the first stripe stays.
+    pub own: Option<IpAddr>,
+    /// The first stripe, `(index, count)`: the member's place in the rank table. `None`:
+    /// a start chosen at random.
+    pub guess: Option<(usize, usize)>,
+}
+
 /// Scheduler state of one fetch.
 #[derive(Debug, Clone)]
 pub struct Scheduler {
     chunks: Vec<ChunkState>,
     order: Vec<usize>,
     sources: Vec<SourceView>,
+    /// The sources' addresses, by index (for the stripe among the joiners found).
+    addresses: Vec<IpAddr>,
+    /// This joiner's address while its stripe is still the first guess; `None` once it
+    /// was set from the joiners found (or if it never can be).
+    own_until_restriped: Option<IpAddr>,
     remaining: usize,
-    /// The order was set from the joiners actually found ([`Scheduler::restripe`]).
-    restriped: bool,
 }
 
 impl Scheduler {
-    /// `n` chunks, `held` already verified locally, `sources` sources; full-source order
-    /// starts at chunk `start` (mod n).
-    pub fn new(n: usize, held: &ChunkBits, sources: usize, start: usize) -> Scheduler {
+    /// `n` chunks, `held` already verified locally, fetched from `swarm`'s sources.
+    pub fn new(n: usize, held: &ChunkBits, swarm: Swarm) -> Scheduler {
+        let start = match swarm.guess {
+            Some((index, count)) => stripe_start(n, index, count),
+            None => rand::random::<u64>() as usize % n.max(1),
+        };
         let chunks: Vec<_> = (0..n)
             .map(|i| {
                 if held.get(i) {
@@ -102,41 +122,47 @@ impl Scheduler {
                     bad: HashSet::new(),
                     corrupt: 0,
                 };
-                sources
+                swarm.sources.len()
             ],
+            addresses: swarm.sources,
+            own_until_restriped: swarm.own,
             remaining,
-            restriped: false,
         }
     }
 
-    /// The sources that do not hold the whole set (fellow joiners), once every live
-    /// source told what it holds and if the order was not set from them yet; `None`
-    /// before that, and after.
-    pub fn fellow_joiners(&self) -> Option<Vec<usize>> {
-        let told = self
+    /// Once every live source told whether it holds the whole set, asks the full sources
+    /// from this joiner's stripe among the joiners found: the partial sources plus itself,
+    /// by address (every joiner of the swarm sorts the same list). Done once.
+    fn restripe_once_told(&mut self) {
+        let Some(own) = self.own_until_restriped else {
+            return;
+        };
+        if self
             .sources
             .iter()
-            .all(|s| !s.alive || s.holdings != Holdings::Unknown);
-        (told && !self.restriped).then(|| {
-            (0..self.sources.len())
-                .filter(|&i| matches!(self.sources[i].holdings, Holdings::Partial(..)))
-                .collect()
-        })
-    }
-
-    /// Asks full sources from this joiner's stripe among `count` joiners (it is the
-    /// `index`-th) from now on; done once (see the module's policy).
-    pub fn restripe(&mut self, index: usize, count: usize) {
+            .any(|s| s.alive && s.holdings == Holdings::Unknown)
+        {
+            return;
+        }
+        let mut joiners: Vec<IpAddr> = self
+            .sources
+            .iter()
+            .zip(&self.addresses)
+            .filter(|(s, _)| matches!(s.holdings, Holdings::Partial(..)))
+            .map(|(_, ip)| *ip)
+            .chain([own])
+            .collect();
+        joiners.sort_unstable();
+        joiners.dedup();
+        let index = joiners.iter().position(|ip| *ip == own).unwrap_or(0);
+        tracing::debug!(
+            index,
+            joiners = joiners.len(),
+            "striping among the joiners found"
+        );
         let n = self.chunks.len();
-        self.order = rotated(n, Self::stripe_start(n, index, count));
-        self.restriped = true;
-    }
-
-    /// The start chunk for joiner `index` of `count` joiners syncing together.
-    pub fn stripe_start(n: usize, index: usize, count: usize) -> usize {
-        (n * index.checked_rem(count).unwrap_or(0))
-            .checked_div(count)
-            .unwrap_or(0)
+        self.order = rotated(n, stripe_start(n, index, joiners.len()));
+        self.own_until_restriped = None;
     }
 
     /// Chunks not yet verified.
@@ -160,6 +186,7 @@ impl Scheduler {
         } else {
             Holdings::Partial(bits, coming)
         };
+        self.restripe_once_told();
     }
 
     /// Chunks in flight from any source (what this joiner advertises as coming).
@@ -284,6 +311,7 @@ impl Scheduler {
                 n += 1;
             }
         }
+        self.restripe_once_told();
         n
     }
 
@@ -300,6 +328,13 @@ impl Scheduler {
     }
 }
 
+/// The start chunk for joiner `index` of `count` joiners syncing together.
+fn stripe_start(n: usize, index: usize, count: usize) -> usize {
+    (n * index.checked_rem(count).unwrap_or(0))
+        .checked_div(count)
+        .unwrap_or(0)
+}
+
 /// `0..n` starting at `start` (mod n) and wrapping.
 fn rotated(n: usize, start: usize) -> Vec<usize> {
     let start = start.checked_rem(n).unwrap_or(0);
@@ -307,143 +342,5 @@ fn rotated(n: usize, start: usize) -> Vec<usize> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn bits(n: usize, set: &[usize]) -> ChunkBits {
-        let mut b = ChunkBits::new(n);
-        set.iter().for_each(|&i| b.set(i));
-        b
-    }
-
-    #[test]
-    fn full_sources_share_the_work_and_each_chunk_is_handed_out_once() {
-        let mut s = Scheduler::new(6, &ChunkBits::new(6), 2, 0);
-        s.set_holdings(0, ChunkBits::full(6), ChunkBits::new(6));
-        s.set_holdings(1, ChunkBits::full(6), ChunkBits::new(6));
-        let mut got = vec![
-            s.next_for(0).unwrap(),
-            s.next_for(1).unwrap(),
-            s.next_for(0).unwrap(),
-        ];
-        got.extend([
-            s.next_for(1).unwrap(),
-            s.next_for(1).unwrap(),
-            s.next_for(1).unwrap(),
-        ]);
-        got.sort();
-        assert_eq!(got, [0, 1, 2, 3, 4, 5]);
-        assert_eq!(s.next_for(0), None);
-    }
-
-    #[test]
-    fn joiners_start_on_different_stripes_and_skip_what_peers_hold() {
-        assert_eq!(Scheduler::stripe_start(12, 1, 3), 4);
-        let mut s = Scheduler::new(12, &ChunkBits::new(12), 2, 4);
-        s.set_holdings(0, ChunkBits::full(12), ChunkBits::new(12));
-        s.set_holdings(1, bits(12, &[4, 5]), bits(12, &[7]));
-        assert_eq!(s.next_for(0), Some(6), "origin skips chunks the peer has");
-        assert_eq!(s.next_for(0), Some(8), "and chunks the peer is fetching");
-        for i in [9, 10, 11, 0, 1, 2, 3] {
-            assert_eq!(s.next_for(0), Some(i));
-        }
-        assert_eq!(
-            s.next_for(0),
-            None,
-            "endgame waits while the source is busy"
-        );
-        assert_eq!(s.next_for(1), Some(4), "the peer serves what it has");
-        (0..12)
-            .filter(|i| ![4, 5, 7].contains(i))
-            .for_each(|i| s.complete(i));
-        assert_eq!(
-            s.next_for(0),
-            Some(5),
-            "an idle full source helps in the endgame"
-        );
-        assert_eq!(s.next_for(0), None, "one chunk at a time");
-        assert_eq!(s.next_for(1), None);
-    }
-
-    #[test]
-    fn a_full_source_sends_what_a_joiner_holds_only_once_nothing_is_left_only_it_has() {
-        // 40 chunks: this joiner verified 0..20; its fellow (source 1) holds 20..39 and is
-        // still fetching 39 — from the existing member (source 0), for all we know.
-        let mut s = Scheduler::new(40, &ChunkBits::new(40), 2, 0);
-        s.set_holdings(0, ChunkBits::full(40), ChunkBits::new(40));
-        let fellow: Vec<usize> = (20..39).collect();
-        s.set_holdings(1, bits(40, &fellow), bits(40, &[39]));
-        (0..20).for_each(|i| s.complete(i));
-        assert_eq!(
-            s.next_for(0),
-            None,
-            "chunk 39 has not left the member yet: its uplink is not spare"
-        );
-        let all: Vec<usize> = (20..40).collect();
-        s.set_holdings(1, bits(40, &all), ChunkBits::new(40));
-        assert_eq!(s.next_for(0), Some(20), "now it helps");
-        assert_eq!(s.next_for(0), None, "one chunk at a time");
-    }
-
-    #[test]
-    fn once_every_source_told_the_joiner_stripes_among_the_joiners_found() {
-        // Source 0 is an existing member, 1 and 2 are fellow joiners; 12 chunks.
-        let mut s = Scheduler::new(12, &ChunkBits::new(12), 3, 4);
-        s.set_holdings(0, ChunkBits::full(12), ChunkBits::new(12));
-        s.set_holdings(1, ChunkBits::new(12), ChunkBits::new(12));
-        assert_eq!(s.fellow_joiners(), None, "source 2 has not told yet");
-        s.set_holdings(2, bits(12, &[0]), ChunkBits::new(12));
-        assert_eq!(s.fellow_joiners(), Some(vec![1, 2]));
-        // This joiner is the last of three: its stripe starts at 8.
-        s.restripe(2, 3);
-        assert_eq!(s.fellow_joiners(), None, "once");
-        assert_eq!(s.next_for(0), Some(8));
-        let rest: Vec<usize> = std::iter::from_fn(|| s.next_for(0)).collect();
-        assert_eq!(rest, [9, 10, 11, 1, 2, 3, 4, 5, 6, 7], "0 is with a peer");
-        // A dead source that never told does not hold it up.
-        let mut s = Scheduler::new(4, &ChunkBits::new(4), 2, 0);
-        s.set_holdings(0, ChunkBits::full(4), ChunkBits::new(4));
-        assert_eq!(s.fellow_joiners(), None);
-        s.lose(1);
-        assert_eq!(s.fellow_joiners(), Some(vec![]));
-    }
-
-    #[test]
-    fn a_lost_source_returns_its_chunks_to_the_queue() {
-        let mut s = Scheduler::new(3, &bits(3, &[0]), 2, 0);
-        assert_eq!(s.remaining(), 2);
-        s.set_holdings(0, ChunkBits::full(3), ChunkBits::new(3));
-        s.set_holdings(1, ChunkBits::full(3), ChunkBits::new(3));
-        assert_eq!(s.next_for(0), Some(1));
-        assert_eq!(s.next_for(0), Some(2));
-        assert_eq!(s.next_for(1), None);
-        assert_eq!(s.lose(0), 2);
-        assert_eq!(s.next_for(0), None);
-        assert_eq!(s.next_for(1), Some(1));
-        s.complete(1);
-        assert_eq!(s.next_for(1), Some(2));
-        s.complete(2);
-        assert!(s.is_done());
-    }
-
-    #[test]
-    fn a_corrupt_chunk_is_refetched_elsewhere_and_repeat_offenders_are_dropped() {
-        let mut s = Scheduler::new(4, &ChunkBits::new(4), 2, 0);
-        s.set_holdings(0, ChunkBits::full(4), ChunkBits::new(4));
-        assert_eq!(s.next_for(0), Some(0));
-        assert_eq!(s.corrupt(0, 0), AfterCorrupt::Keep);
-        assert_eq!(
-            s.next_for(0),
-            Some(1),
-            "never the same chunk from the same source"
-        );
-        assert_eq!(s.unfetchable(), None, "source 1 has not answered yet");
-        s.set_holdings(1, ChunkBits::full(4), ChunkBits::new(4));
-        assert_eq!(s.next_for(1), Some(0));
-        assert_eq!(s.corrupt(0, 1), AfterCorrupt::Keep);
-        assert_eq!(s.unfetchable(), Some(0));
-        assert_eq!(s.corrupt(1, 0), AfterCorrupt::Keep);
-        s.next_for(0);
-        assert_eq!(s.corrupt(2, 0), AfterCorrupt::Drop);
-    }
-}
+#[path = "schedule_tests.rs"]
+mod tests;

@@ -4,7 +4,7 @@
 //! gives its outstanding chunks back and reports the source lost.
 
 use std::collections::VecDeque;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use tokio::io::AsyncWriteExt;
@@ -17,7 +17,7 @@ use super::error::{Result, Subject, WeightsError, blocking_failed};
 use super::progress::SyncEvent;
 use super::protocol::{Request, Response};
 use super::request::Ctx;
-use super::schedule::{AfterCorrupt, Scheduler};
+use super::schedule::AfterCorrupt;
 
 /// One source's worker: on failure, gives its chunks back and reports the source lost.
 pub(crate) async fn worker(ctx: &Ctx, idx: usize, src: SocketAddr) -> Result<()> {
@@ -26,7 +26,6 @@ pub(crate) async fn worker(ctx: &Ctx, idx: usize, src: SocketAddr) -> Result<()>
         let requeued = {
             let mut sched = ctx.sched.lock().expect("scheduler lock");
             let n = sched.lose(idx);
-            restripe(ctx, &mut sched);
             ctx.set.set_coming(sched.in_flight());
             n
         };
@@ -138,7 +137,6 @@ async fn serve_from(ctx: &Ctx, idx: usize, src: SocketAddr) -> Result<()> {
                 {
                     let mut sched = ctx.sched.lock().expect("scheduler lock");
                     sched.set_holdings(idx, bits, coming);
-                    restripe(ctx, &mut sched);
                 }
                 if !connected {
                     connected = true;
@@ -154,7 +152,6 @@ async fn serve_from(ctx: &Ctx, idx: usize, src: SocketAddr) -> Result<()> {
                 let mut sched = ctx.sched.lock().expect("scheduler lock");
                 let none = ChunkBits::new(ctx.set.table.len());
                 sched.set_holdings(idx, none.clone(), none);
-                restripe(ctx, &mut sched);
             }
             (Pending::Chunk(i), Response::Chunk { chunk, data })
                 if chunk == ctx.set.table.chunks[i].digest =>
@@ -171,33 +168,6 @@ async fn serve_from(ctx: &Ctx, idx: usize, src: SocketAddr) -> Result<()> {
             (_, other) => return Err(unexpected(src, &other)),
         }
     }
-}
-
-/// Once every source told what it holds, sets this joiner's stripe from its place among
-/// the joiners found, ordered by address — the list every joiner of the swarm sorts the
-/// same way (`schedule`). Without its own address (no bind address) the first stripe
-/// stays.
-fn restripe(ctx: &Ctx, sched: &mut Scheduler) {
-    let Some(own) = ctx.req.bind else {
-        return;
-    };
-    let Some(fellows) = sched.fellow_joiners() else {
-        return;
-    };
-    let mut joiners: Vec<IpAddr> = fellows
-        .iter()
-        .map(|&i| ctx.req.sources[i].ip())
-        .chain([own])
-        .collect();
-    joiners.sort_unstable();
-    joiners.dedup();
-    let index = joiners.iter().position(|ip| *ip == own).unwrap_or(0);
-    tracing::debug!(
-        index,
-        joiners = joiners.len(),
-        "striping among the joiners found"
-    );
-    sched.restripe(index, joiners.len());
 }
 
 /// A received chunk being hashed against the manifest and written, on a blocking thread

@@ -1,0 +1,174 @@
+//! The fetch scheduler's policy, one named test per behaviour.
+
+use super::*;
+
+/// `k` sources at 10.0.0.1.., this joiner's own address unknown, starting at `start`
+/// of `n` (`stripe_start(n, start, n)`).
+fn swarm(k: usize, start: usize, n: usize) -> Swarm {
+    Swarm {
+        sources: (1..=k).map(ip).collect(),
+        own: None,
+        guess: Some((start, n)),
+    }
+}
+
+fn ip(last: usize) -> IpAddr {
+    IpAddr::from([10, 0, 0, last as u8])
+}
+
+fn bits(n: usize, set: &[usize]) -> ChunkBits {
+    let mut b = ChunkBits::new(n);
+    set.iter().for_each(|&i| b.set(i));
+    b
+}
+
+#[test]
+fn full_sources_share_the_work_and_each_chunk_is_handed_out_once() {
+    let mut s = Scheduler::new(6, &ChunkBits::new(6), swarm(2, 0, 6));
+    s.set_holdings(0, ChunkBits::full(6), ChunkBits::new(6));
+    s.set_holdings(1, ChunkBits::full(6), ChunkBits::new(6));
+    let mut got = vec![
+        s.next_for(0).unwrap(),
+        s.next_for(1).unwrap(),
+        s.next_for(0).unwrap(),
+    ];
+    got.extend([
+        s.next_for(1).unwrap(),
+        s.next_for(1).unwrap(),
+        s.next_for(1).unwrap(),
+    ]);
+    got.sort();
+    assert_eq!(got, [0, 1, 2, 3, 4, 5]);
+    assert_eq!(s.next_for(0), None);
+}
+
+#[test]
+fn joiners_start_on_different_stripes_and_skip_what_peers_hold() {
+    assert_eq!(stripe_start(12, 1, 3), 4);
+    let mut s = Scheduler::new(12, &ChunkBits::new(12), swarm(2, 4, 12));
+    s.set_holdings(0, ChunkBits::full(12), ChunkBits::new(12));
+    s.set_holdings(1, bits(12, &[4, 5]), bits(12, &[7]));
+    assert_eq!(s.next_for(0), Some(6), "origin skips chunks the peer has");
+    assert_eq!(s.next_for(0), Some(8), "and chunks the peer is fetching");
+    for i in [9, 10, 11, 0, 1, 2, 3] {
+        assert_eq!(s.next_for(0), Some(i));
+    }
+    assert_eq!(
+        s.next_for(0),
+        None,
+        "endgame waits while the source is busy"
+    );
+    assert_eq!(s.next_for(1), Some(4), "the peer serves what it has");
+    (0..12)
+        .filter(|i| ![4, 5, 7].contains(i))
+        .for_each(|i| s.complete(i));
+    assert_eq!(
+        s.next_for(0),
+        Some(5),
+        "an idle full source helps in the endgame"
+    );
+    assert_eq!(s.next_for(0), None, "one chunk at a time");
+    assert_eq!(s.next_for(1), None);
+}
+
+#[test]
+fn a_full_source_sends_what_a_joiner_holds_only_once_nothing_is_left_only_it_has() {
+    // 40 chunks: this joiner verified 0..20; its fellow (source 1) holds 20..39 and is
+    // still fetching 39 — from the existing member (source 0), for all we know.
+    let mut s = Scheduler::new(40, &ChunkBits::new(40), swarm(2, 0, 40));
+    s.set_holdings(0, ChunkBits::full(40), ChunkBits::new(40));
+    let fellow: Vec<usize> = (20..39).collect();
+    s.set_holdings(1, bits(40, &fellow), bits(40, &[39]));
+    (0..20).for_each(|i| s.complete(i));
+    assert_eq!(
+        s.next_for(0),
+        None,
+        "chunk 39 has not left the member yet: its uplink is not spare"
+    );
+    let all: Vec<usize> = (20..40).collect();
+    s.set_holdings(1, bits(40, &all), ChunkBits::new(40));
+    assert_eq!(s.next_for(0), Some(20), "now it helps");
+    assert_eq!(s.next_for(0), None, "one chunk at a time");
+}
+
+#[test]
+fn once_every_source_told_the_joiner_stripes_among_the_joiners_found() {
+    // Source 0 (10.0.0.1) is an existing member, 1 and 2 (10.0.0.2, .3) are fellow
+    // joiners; this joiner is 10.0.0.9, the last of three by address: its stripe of
+    // 12 chunks starts at 8, though its first guess (place 1 of 3) started it at 4.
+    let mut s = Scheduler::new(
+        12,
+        &ChunkBits::new(12),
+        Swarm {
+            own: Some(ip(9)),
+            ..swarm(3, 1, 3)
+        },
+    );
+    s.set_holdings(0, ChunkBits::full(12), ChunkBits::new(12));
+    s.set_holdings(1, ChunkBits::new(12), ChunkBits::new(12));
+    let first = s.clone().next_for(0);
+    assert_eq!(first, Some(4), "source 2 has not told yet: the guess stays");
+    s.set_holdings(2, bits(12, &[0]), ChunkBits::new(12));
+    assert_eq!(s.next_for(0), Some(8));
+    // Once: a fellow's later news does not move the stripe again.
+    s.set_holdings(1, bits(12, &[1]), ChunkBits::new(12));
+    let rest: Vec<usize> = std::iter::from_fn(|| s.next_for(0)).collect();
+    assert_eq!(
+        rest,
+        [9, 10, 11, 2, 3, 4, 5, 6, 7],
+        "0 and 1 are with peers"
+    );
+    // A dead source that never told does not hold it up: alone, this joiner is the
+    // first of one and starts at 0.
+    let mut s = Scheduler::new(
+        4,
+        &ChunkBits::new(4),
+        Swarm {
+            own: Some(ip(9)),
+            ..swarm(2, 1, 2)
+        },
+    );
+    s.set_holdings(0, ChunkBits::full(4), ChunkBits::new(4));
+    assert_eq!(s.clone().next_for(0), Some(2), "source 1 has not told yet");
+    s.lose(1);
+    assert_eq!(s.next_for(0), Some(0));
+}
+
+#[test]
+fn a_lost_source_returns_its_chunks_to_the_queue() {
+    let mut s = Scheduler::new(3, &bits(3, &[0]), swarm(2, 0, 3));
+    assert_eq!(s.remaining(), 2);
+    s.set_holdings(0, ChunkBits::full(3), ChunkBits::new(3));
+    s.set_holdings(1, ChunkBits::full(3), ChunkBits::new(3));
+    assert_eq!(s.next_for(0), Some(1));
+    assert_eq!(s.next_for(0), Some(2));
+    assert_eq!(s.next_for(1), None);
+    assert_eq!(s.lose(0), 2);
+    assert_eq!(s.next_for(0), None);
+    assert_eq!(s.next_for(1), Some(1));
+    s.complete(1);
+    assert_eq!(s.next_for(1), Some(2));
+    s.complete(2);
+    assert!(s.is_done());
+}
+
+#[test]
+fn a_corrupt_chunk_is_refetched_elsewhere_and_repeat_offenders_are_dropped() {
+    let mut s = Scheduler::new(4, &ChunkBits::new(4), swarm(2, 0, 4));
+    s.set_holdings(0, ChunkBits::full(4), ChunkBits::new(4));
+    assert_eq!(s.next_for(0), Some(0));
+    assert_eq!(s.corrupt(0, 0), AfterCorrupt::Keep);
+    assert_eq!(
+        s.next_for(0),
+        Some(1),
+        "never the same chunk from the same source"
+    );
+    assert_eq!(s.unfetchable(), None, "source 1 has not answered yet");
+    s.set_holdings(1, ChunkBits::full(4), ChunkBits::new(4));
+    assert_eq!(s.next_for(1), Some(0));
+    assert_eq!(s.corrupt(0, 1), AfterCorrupt::Keep);
+    assert_eq!(s.unfetchable(), Some(0));
+    assert_eq!(s.corrupt(1, 0), AfterCorrupt::Keep);
+    s.next_for(0);
+    assert_eq!(s.corrupt(2, 0), AfterCorrupt::Drop);
+}
