@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use kube::runtime::events::{Recorder, Reporter};
+use crate::event_sink::{EventSink, Reporter};
 
 use crate::links::LinkPolicy;
 use crate::metrics::Metrics;
@@ -20,8 +20,8 @@ pub struct Context {
     pub client: kube::Client,
     /// The process' metrics.
     pub metrics: Arc<Metrics>,
-    /// Publishes Kubernetes Events as `hcomm-operator`.
-    pub recorder: Recorder,
+    /// Publishes Kubernetes Events as `hcomm-operator`, off the reconcile path.
+    pub events: EventSink,
     /// Only this namespace is watched (and its member Pods counted), when set.
     pub namespace: Option<String>,
     /// The operator's own (release) namespace: where the groups' Secrets live
@@ -50,6 +50,8 @@ pub struct Context {
     pub secret_ensured: Arc<crate::recently::Recently>,
     /// Groups whose PodDisruptionBudget this process applied lately.
     pub budget_ensured: Arc<crate::recently::Recently>,
+    /// The status this process last wrote per group (`crate::status_written`).
+    pub status_written: Arc<crate::status_written::StatusWritten>,
     /// Per group (`namespace/name`), its members' recent failures (see `crate::backoff`).
     pub backoff: std::sync::Arc<
         std::sync::Mutex<std::collections::HashMap<String, crate::backoff::FailureBackoff>>,
@@ -67,10 +69,15 @@ impl Context {
     ) -> Self {
         let reporter = Reporter {
             controller: FIELD_MANAGER.into(),
-            instance: Some(identity.to_owned()),
+            instance: identity.to_owned(),
         };
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            events: EventSink::start(
+                client.clone(),
+                reporter,
+                metrics.events_dropped.clone(),
+                metrics.event_write_failures.clone(),
+            ),
             client,
             metrics,
             namespace,
@@ -84,6 +91,7 @@ impl Context {
             assumed: Arc::default(),
             secret_ensured: Arc::default(),
             budget_ensured: Arc::default(),
+            status_written: Arc::default(),
             backoff: std::sync::Arc::default(),
         }
     }

@@ -1,6 +1,9 @@
 //! Kubernetes Events: which ones a reconcile round produces (pure) and publishing them on the
 //! `HcommGroup`. Reasons are fixed CamelCase words people can search for: `MemberCreated`,
-//! `DrainRequested`, `MemberDeleted`, `Member<Phase>` on every phase change,
+//! `DrainRequested`, `MemberDeleted`, `MemberReady` / `MemberStandby` / `MemberFailed` when
+//! a member reaches one (the steps on the way, Verifying to Joining and Draining to
+//! Leaving, are in the status and the Pod's conditions: as Events they were half of the
+//! operator's writes in a scale storm, issue 20),
 //! `VerificationFailed`, `DrainTimedOut`, `InsufficientCapacity`, `InvalidSpec`,
 //! `EpochChanged`, and for link health (the `LinksHealthy` condition) Warning `LinkDown` /
 //! `LinkDegraded` when it turns False and Normal `LinksRecovered` when it turns True again.
@@ -11,11 +14,10 @@ use hcomm_crds::conditions::find_condition;
 use hcomm_crds::contract::{CONDITION_DEGRADED, CONDITION_LINKS_HEALTHY, reasons};
 use hcomm_crds::{HcommGroup, HcommGroupStatus, MemberPhase};
 use kube::Resource;
-use kube::runtime::events::{Event, EventType};
-use tracing::warn;
 
 use crate::apply::Outcome;
 use crate::context::Context;
+use crate::event_sink::EventKey;
 use crate::planner::RemovalReason;
 
 /// One Event to publish.
@@ -90,6 +92,7 @@ pub fn for_round(
         .collect();
     for member in &after.members {
         if old.get(member.name.as_str()) != Some(&member.phase)
+            && is_outcome(member.phase)
             && !outcome.created.contains(&member.name)
         {
             let warning = member.phase == MemberPhase::Failed;
@@ -116,6 +119,14 @@ pub fn for_round(
     notes
 }
 
+/// A phase a member's step ends in: Ready, Standby or Failed.
+fn is_outcome(phase: MemberPhase) -> bool {
+    matches!(
+        phase,
+        MemberPhase::Ready | MemberPhase::Standby | MemberPhase::Failed
+    )
+}
+
 /// The link-health Event of a round: on a flip of `LinksHealthy` to False (or from one
 /// False reason to the other) a Warning with its reason, on a flip from False to True a
 /// Normal `LinksRecovered`. Only flips: the message carries probe times, so it changes on
@@ -138,24 +149,14 @@ fn links(before: &HcommGroupStatus, after: &HcommGroupStatus) -> Option<Note> {
     }
 }
 
-/// Publishes `notes` on `group`; failures are logged, never fatal.
-pub async fn publish(ctx: &Context, group: &HcommGroup, notes: Vec<Note>) {
+/// Queues `notes` about `group` for the publisher (`crate::event_sink`): never waits;
+/// failures are logged and counted there, never fatal.
+pub fn publish(ctx: &Context, group: &HcommGroup, notes: Vec<Note>) {
     let reference = group.object_ref(&());
     for n in notes {
-        let event = Event {
-            type_: if n.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: n.reason.clone(),
-            note: Some(n.message.chars().take(1000).collect()),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(error) = ctx.recorder.publish(&event, &reference).await {
-            warn!(%error, reason = %n.reason, "could not publish event");
-        }
+        let note: String = n.message.chars().take(1000).collect();
+        let key = EventKey::new(&reference, n.warning, &n.reason, "Reconcile", &note);
+        ctx.events.publish(key, reference.clone());
     }
 }
 
@@ -274,6 +275,27 @@ mod tests {
         let notes = for_round(&down, &more, &Outcome::default());
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(notes[0].message.contains("n2 → n1"));
+    }
+
+    #[test]
+    fn only_the_phases_a_member_ends_a_step_in_become_events() {
+        let at = |phase| HcommGroupStatus {
+            members: vec![member("a", phase)],
+            ..Default::default()
+        };
+        let none = Outcome::default();
+        let steps = [
+            MemberPhase::Pending,
+            MemberPhase::Verifying,
+            MemberPhase::Syncing,
+            MemberPhase::Joining,
+        ];
+        for pair in steps.windows(2) {
+            assert!(for_round(&at(pair[0]), &at(pair[1]), &none).is_empty());
+        }
+        let ready = for_round(&at(MemberPhase::Joining), &at(MemberPhase::Ready), &none);
+        assert_eq!(ready[0].reason, format!("Member{}", MemberPhase::Ready));
+        assert!(for_round(&at(MemberPhase::Ready), &at(MemberPhase::Draining), &none).is_empty());
     }
 
     #[test]

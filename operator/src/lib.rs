@@ -12,6 +12,7 @@
 
 pub mod affinity;
 pub mod allocation;
+pub mod api_timing;
 pub mod apply;
 pub mod backoff;
 pub mod cache;
@@ -19,6 +20,7 @@ pub mod config;
 pub mod context;
 pub mod disruption;
 pub mod error;
+pub mod event_sink;
 pub mod events;
 pub mod group_secret;
 pub mod isolation;
@@ -38,6 +40,7 @@ pub mod reconcile;
 pub mod revision;
 pub mod revision_history;
 pub mod status;
+pub mod status_written;
 pub mod telemetry;
 pub mod watches;
 
@@ -65,10 +68,10 @@ use readiness::{Readiness, Role};
 /// `HcommGroup` controller. Returns on SIGTERM/SIGINT (after releasing the Lease) or with
 /// [`Error::LeaseLost`] when leadership is lost.
 pub async fn run(config: Config) -> Result<()> {
-    let client = Client::try_default().await.map_err(Error::kube(
+    let metrics = Arc::new(Metrics::new());
+    let client = timed_client(&metrics).await.map_err(Error::kube(
         "build client from KUBECONFIG or in-cluster config",
     ))?;
-    let metrics = Arc::new(Metrics::new());
     let readiness = Arc::new(Readiness::default());
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = tokio::net::TcpListener::bind(config.metrics_addr)
@@ -103,6 +106,19 @@ pub async fn run(config: Config) -> Result<()> {
         warn!(%error, "metrics server stopped with an error");
     }
     result
+}
+
+/// The client from KUBECONFIG or the in-cluster config, every call timed into
+/// `metrics.api_requests` (`api_timing`).
+async fn timed_client(metrics: &Metrics) -> kube::Result<Client> {
+    let config = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&api_timing::ApiTimingLayer::new(
+            metrics.api_requests.clone(),
+        ))
+        .build())
 }
 
 /// Becomes leader, then runs the controller until leadership is lost. The renewal is

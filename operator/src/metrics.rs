@@ -16,8 +16,8 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use tokio::net::TcpListener;
 
@@ -41,6 +41,12 @@ pub struct Metrics {
     pub errors: IntCounterVec,
     /// Reconcile duration in seconds.
     pub duration: Histogram,
+    /// The operator's Kubernetes API calls, by verb and resource (`crate::api_timing`).
+    pub api_requests: HistogramVec,
+    /// Events dropped because the publisher's queue was full (`crate::event_sink`).
+    pub events_dropped: IntCounter,
+    /// Event writes the apiserver refused or that failed.
+    pub event_write_failures: IntCounter,
     /// Members by group and phase.
     pub members: IntGaugeVec,
     /// Seconds from a member's creation (the scale request that planned it) to Ready.
@@ -108,6 +114,17 @@ impl Metrics {
             ]),
         )
         .expect("valid");
+        let api_requests = crate::api_timing::histogram();
+        let events_dropped = IntCounter::new(
+            "events_dropped_total",
+            "Kubernetes Events dropped unwritten: the publisher's queue was full.",
+        )
+        .expect("valid");
+        let event_write_failures = IntCounter::new(
+            "event_write_failures_total",
+            "Kubernetes Event writes that failed (logged; not retried).",
+        )
+        .expect("valid");
         let members = IntGaugeVec::new(
             Opts::new("members", "Members by group and phase."),
             &["namespace", "group", "phase"],
@@ -155,6 +172,9 @@ impl Metrics {
             Box::new(deferred.clone()),
             Box::new(errors.clone()),
             Box::new(duration.clone()),
+            Box::new(api_requests.clone()),
+            Box::new(events_dropped.clone()),
+            Box::new(event_write_failures.clone()),
             Box::new(members.clone()),
             Box::new(scale_to_ready.clone()),
             Box::new(leader.clone()),
@@ -168,6 +188,9 @@ impl Metrics {
             deferred,
             errors,
             duration,
+            api_requests,
+            events_dropped,
+            event_write_failures,
             members,
             scale_to_ready,
             leader,

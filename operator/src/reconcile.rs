@@ -169,6 +169,7 @@ async fn pipeline(
                 group_secret::delete(&ctx.client, &ctx.secrets_namespace, uid).await?;
                 ctx.secret_ensured.forget(uid);
                 ctx.budget_ensured.forget(uid);
+                ctx.status_written.forget(uid);
             }
             let key = (group.namespace().unwrap_or_default(), group.name_any());
             ctx.table_writes.forget(&key);
@@ -331,7 +332,8 @@ async fn update_status(
         // Not asked (any more): no condition about a PodGroup.
         None => next.conditions.retain(|c| c.type_ != pod_group_ready),
     }
-    let previous = group.status.clone().unwrap_or_default();
+    let uid = group.meta().uid.clone().unwrap_or_default();
+    let previous = ctx.status_written.previous(&uid, group.status.as_ref());
     let namespace = group.namespace().unwrap_or_default();
     let phases: Vec<_> = next.members.iter().map(|m| m.phase).collect();
     ctx.metrics
@@ -352,11 +354,12 @@ async fn update_status(
         }
     }
     let notes = events::for_round(&previous, &next, outcome);
-    if next != previous {
+    if group.status.as_ref() != Some(&next) {
         let api: Api<HcommGroup> = Api::namespaced(ctx.client.clone(), &namespace);
         status::write(&api, &group.name_any(), &next).await?;
     }
-    events::publish(ctx, group, notes).await;
+    ctx.status_written.wrote(&uid, &next);
+    events::publish(ctx, group, notes);
     Ok(())
 }
 

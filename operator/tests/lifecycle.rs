@@ -14,9 +14,9 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, ensure};
 use hcomm_crds::contract::ascend::RESOURCE_ASCEND910;
 use hcomm_crds::contract::{
-    ANNOTATION_DRAIN_REQUESTED, CONDITION_DEGRADED, CONDITION_READY, LABEL_EPOCH, LABEL_GROUP,
-    LABEL_MEMBER_INDEX, LABEL_RANK, LABEL_ROLE, POD_MEMBER_READY, POD_VERIFIED, READINESS_GATE,
-    reasons,
+    ANNOTATION_DRAIN_REQUESTED, CONDITION_DEGRADED, CONDITION_READY, GroupReason, LABEL_EPOCH,
+    LABEL_GROUP, LABEL_MEMBER_INDEX, LABEL_RANK, LABEL_ROLE, POD_MEMBER_READY, POD_VERIFIED,
+    READINESS_GATE, reasons,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -205,6 +205,29 @@ fn members_scale_out_incrementally_scale_in_only_after_draining_and_go_with_the_
         );
         ensure!(status.topology.len() == 4 && status.members.len() == 2);
 
+        // One `MemberCreated` Event per member, each naming its own member (Events are
+        // written after the reconcile, so they may arrive a moment later).
+        let events: Api<Event> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+        let notes = wait_until("a MemberCreated Event per member", || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            let mut notes: Vec<String> = list
+                .items
+                .iter()
+                .filter(|e| {
+                    e.reason.as_deref() == Some(GroupReason::MemberCreated.as_str())
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("decode")
+                })
+                .filter_map(|e| e.note.clone())
+                .collect();
+            notes.sort();
+            (notes.len() >= 2).then_some(notes)
+        })
+        .await?;
+        ensure!(
+            notes == ["member decode-0-e1 created", "member decode-1-e1 created"],
+            "{notes:?}"
+        );
+
         // Scale out with kubectl: one joiner at epoch 2 on n2, existing Pods untouched.
         let before = uids(&pods);
         cluster.kubectl_scale("decode", 3)?;
@@ -297,7 +320,6 @@ fn members_scale_out_incrementally_scale_in_only_after_draining_and_go_with_the_
                     .is_some_and(|(s, r)| s == "True" && r == reasons::DRAIN_TIMED_OUT)
             })
             .await?;
-        let events: Api<Event> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
         wait_until("a DrainTimedOut event", || async {
             let list = events.list(&ListParams::default()).await.ok()?;
             list.items
@@ -385,6 +407,22 @@ fn members_scale_out_incrementally_scale_in_only_after_draining_and_go_with_the_
         );
 
         ensure!(operator.metric("hcomm_operator_reconciles_total").await? > 0.0);
+        // Its API calls are timed by verb and resource, as the apiserver counts them.
+        let text = operator.metrics_text().await?;
+        let timed = |verb: &str, resource: &str| {
+            text.lines().any(|l| {
+                l.starts_with("hcomm_operator_api_request_duration_seconds_count{")
+                    && l.contains(&format!("verb=\"{verb}\""))
+                    && l.contains(&format!("resource=\"{resource}\""))
+                    && !l.ends_with(" 0")
+            })
+        };
+        ensure!(
+            timed("PATCH", "hcommgroups/status")
+                && timed("PATCH", "pods")
+                && timed("WATCH", "pods"),
+            "the operator's status writes, Pod applies and Pod watches are not all timed:\n{text}"
+        );
         if std::env::var_os("HCOMM_SHOW_OPERATOR_LOG").is_some() {
             eprintln!("{}", std::fs::read_to_string(&operator.log)?);
         }

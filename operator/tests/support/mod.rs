@@ -433,12 +433,17 @@ impl Operator {
         }
     }
 
-    /// The value of an unlabelled metric, once the server answers.
-    pub async fn metric(&self, name: &str) -> Result<f64> {
-        let text = wait_until(&format!("{} metrics", self.identity), || async {
+    /// The operator's `/metrics`, once the server answers.
+    pub async fn metrics_text(&self) -> Result<String> {
+        wait_until(&format!("{} metrics", self.identity), || async {
             http_get(self.metrics, "/metrics").await.ok()
         })
-        .await?;
+        .await
+    }
+
+    /// The value of an unlabelled metric, once the server answers.
+    pub async fn metric(&self, name: &str) -> Result<f64> {
+        let text = self.metrics_text().await?;
         text.lines()
             .find_map(|line| {
                 line.strip_prefix(name)?

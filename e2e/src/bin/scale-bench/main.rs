@@ -163,6 +163,7 @@ async fn run_sizes(bench: &mut Bench, args: &Args, clock: &Clock) -> Result<Vec<
             .collect();
         let busy = before.delta(&after);
         eprint!("{}", report::requests_detail(&busy, &own_busy));
+        eprint!("{}", report::call_latency_detail(&busy));
         tokio::time::sleep(Duration::from_secs(2)).await;
         let quiet_start =
             Sample::take(&bench.client, &bench.operator_metrics, bench.operator_pid()).await?;

@@ -1,7 +1,8 @@
 //! Samples taken at the edges of a phase, and their deltas: the apiserver's own request
 //! counters (`apiserver_request_total`, by verb, resource and subresource — counted by the
 //! server, so they cannot be flattered by a client), the operator's reconcile counter and
-//! duration histogram (its `/metrics`), and the operator's memory and CPU time (`/proc`).
+//! duration histogram and its API calls' latency by verb and resource (its `/metrics`),
+//! and the operator's memory and CPU time (`/proc`).
 //! Parsing is pure and unit-tested; the fetches are thin.
 
 use std::collections::BTreeMap;
@@ -12,6 +13,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// (verb, resource, subresource).
 pub type RequestKey = (String, String, String);
 
+/// A cumulative histogram: (upper bound, count), ascending, `+Inf` last.
+pub type Buckets = Vec<(f64, f64)>;
+
+/// The operator's API-call histograms by (verb, `resource[/subresource]`).
+pub type CallLatency = BTreeMap<(String, String), Buckets>;
+
 /// One sample.
 #[derive(Debug, Clone, Default)]
 pub struct Sample {
@@ -21,8 +28,10 @@ pub struct Sample {
     pub reconciles: f64,
     /// Its reconciles deferred (no work: the Pod cache lacked the group's own writes).
     pub deferred: f64,
-    /// The operator's reconcile-duration histogram: (upper bound, cumulative count).
-    pub buckets: Vec<(f64, f64)>,
+    /// The operator's reconcile-duration histogram.
+    pub buckets: Buckets,
+    /// The operator's API calls' durations, as it saw them.
+    pub calls: CallLatency,
     /// The operator's CPU seconds (user + system) so far.
     pub cpu_s: f64,
     /// The operator's resident memory now, MiB.
@@ -46,6 +55,7 @@ impl Sample {
             reconciles,
             deferred,
             buckets,
+            calls: call_latency(&operator),
             cpu_s,
             rss_mib,
         })
@@ -59,23 +69,21 @@ impl Sample {
             .map(|(k, v)| (k.clone(), v - self.requests.get(k).copied().unwrap_or(0.0)))
             .filter(|(_, v)| *v > 0.0)
             .collect();
-        let buckets = later
-            .buckets
+        let calls = later
+            .calls
             .iter()
-            .map(|(le, v)| {
-                let before = self
-                    .buckets
-                    .iter()
-                    .find(|(l, _)| l == le)
-                    .map_or(0.0, |(_, b)| *b);
-                (*le, v - before)
+            .map(|(k, after)| {
+                let before = self.calls.get(k).map_or(&[][..], Vec::as_slice);
+                (k.clone(), bucket_delta(before, after))
             })
+            .filter(|(_, b)| b.last().is_some_and(|(_, n)| *n > 0.0))
             .collect();
         Delta {
             requests,
             reconciles: later.reconciles - self.reconciles,
             deferred: later.deferred - self.deferred,
-            buckets,
+            buckets: bucket_delta(&self.buckets, &later.buckets),
+            calls,
             cpu_s: later.cpu_s - self.cpu_s,
             rss_mib: later.rss_mib,
         }
@@ -88,7 +96,9 @@ pub struct Delta {
     pub requests: BTreeMap<RequestKey, f64>,
     pub reconciles: f64,
     pub deferred: f64,
-    pub buckets: Vec<(f64, f64)>,
+    pub buckets: Buckets,
+    /// The operator's API calls made in the phase, by (verb, resource).
+    pub calls: CallLatency,
     pub cpu_s: f64,
     /// At the end of the phase.
     pub rss_mib: f64,
@@ -110,6 +120,20 @@ impl Delta {
             // A fold from +0: an empty f64 sum is -0, which prints as "-0".
             .fold(0.0, |total, (_, n)| total + n)
     }
+}
+
+/// `after` − `before`, bucket by bucket (a bucket missing before counts from 0).
+fn bucket_delta(before: &[(f64, f64)], after: &[(f64, f64)]) -> Buckets {
+    after
+        .iter()
+        .map(|(le, v)| {
+            let was = before
+                .iter()
+                .find(|(l, _)| l == le)
+                .map_or(0.0, |(_, b)| *b);
+            (*le, v - was)
+        })
+        .collect()
 }
 
 /// The quantile of a cumulative histogram ((upper bound, count) ascending, `+Inf` last).
@@ -163,35 +187,61 @@ pub fn apiserver_requests(text: &str) -> BTreeMap<RequestKey, f64> {
 /// The operator's `hcomm_operator_reconciles_total`,
 /// `hcomm_operator_reconciles_deferred_total` and the buckets of
 /// `hcomm_operator_reconcile_duration_seconds`.
-pub fn reconcile_metrics(text: &str) -> (f64, f64, Vec<(f64, f64)>) {
+pub fn reconcile_metrics(text: &str) -> (f64, f64, Buckets) {
     let (mut reconciles, mut deferred) = (0.0, 0.0);
-    let mut buckets = Vec::new();
     for line in text.lines() {
         if let Some(v) = line.strip_prefix("hcomm_operator_reconciles_total ") {
             reconciles = v.trim().parse().unwrap_or(0.0);
         } else if let Some(v) = line.strip_prefix("hcomm_operator_reconciles_deferred_total ") {
             deferred = v.trim().parse().unwrap_or(0.0);
-        } else if let Some(rest) =
-            line.strip_prefix("hcomm_operator_reconcile_duration_seconds_bucket{")
-            && let Some((labels, value)) = rest.rsplit_once("} ")
-        {
-            let labels = parse_labels(labels);
-            let le = labels.get("le").map_or(f64::NAN, |l| {
-                if l == "+Inf" {
-                    f64::INFINITY
-                } else {
-                    l.parse().unwrap_or(f64::NAN)
-                }
-            });
-            if let Ok(value) = value.trim().parse::<f64>()
-                && !le.is_nan()
-            {
-                buckets.push((le, value));
-            }
         }
     }
-    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let buckets = histograms(text, "hcomm_operator_reconcile_duration_seconds")
+        .remove(&BTreeMap::new())
+        .unwrap_or_default();
     (reconciles, deferred, buckets)
+}
+
+/// `hcomm_operator_api_request_duration_seconds` by (verb, resource).
+pub fn call_latency(text: &str) -> CallLatency {
+    histograms(text, "hcomm_operator_api_request_duration_seconds")
+        .into_iter()
+        .map(|(labels, b)| {
+            let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
+            ((get("verb"), get("resource")), b)
+        })
+        .collect()
+}
+
+/// Every series of histogram `name`: its buckets (ascending) by its labels other than `le`.
+fn histograms(text: &str, name: &str) -> BTreeMap<BTreeMap<String, String>, Buckets> {
+    let prefix = format!("{name}_bucket{{");
+    let mut out: BTreeMap<_, Buckets> = BTreeMap::new();
+    for line in text.lines() {
+        let Some((labels, value)) = line
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.rsplit_once("} "))
+        else {
+            continue;
+        };
+        let mut labels = parse_labels(labels);
+        let le = labels.remove("le").map_or(f64::NAN, |l| {
+            if l == "+Inf" {
+                f64::INFINITY
+            } else {
+                l.parse().unwrap_or(f64::NAN)
+            }
+        });
+        if let Ok(value) = value.trim().parse::<f64>()
+            && !le.is_nan()
+        {
+            out.entry(labels).or_default().push((le, value));
+        }
+    }
+    for buckets in out.values_mut() {
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    out
 }
 
 /// `a="x",b="y"` (values without escaped quotes, as these metrics have).
@@ -267,5 +317,39 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
         let (n, deferred, b) = reconcile_metrics(text);
         assert_eq!((n, deferred), (12.0, 4.0));
         assert_eq!(b, vec![(0.005, 3.0), (0.1, 11.0), (f64::INFINITY, 12.0)]);
+    }
+
+    #[test]
+    fn the_operators_call_latency_is_read_by_verb_and_resource() {
+        let text = "hcomm_operator_api_request_duration_seconds_bucket{resource=\"pods\",verb=\"POST\",le=\"0.01\"} 2\n\
+            hcomm_operator_api_request_duration_seconds_bucket{resource=\"pods\",verb=\"POST\",le=\"+Inf\"} 3\n\
+            hcomm_operator_api_request_duration_seconds_bucket{resource=\"hcommgroups/status\",verb=\"PATCH\",le=\"+Inf\"} 5\n\
+            hcomm_operator_api_request_duration_seconds_count{resource=\"pods\",verb=\"POST\"} 3\n";
+        let calls = call_latency(text);
+        assert_eq!(
+            calls[&("POST".into(), "pods".into())],
+            vec![(0.01, 2.0), (f64::INFINITY, 3.0)]
+        );
+        assert_eq!(
+            calls[&("PATCH".into(), "hcommgroups/status".into())],
+            vec![(f64::INFINITY, 5.0)]
+        );
+        let before = Sample {
+            calls: calls.clone(),
+            ..Sample::default()
+        };
+        let mut later = before.clone();
+        later
+            .calls
+            .get_mut(&("POST".into(), "pods".into()))
+            .unwrap()
+            .iter_mut()
+            .for_each(|b| b.1 += 1.0);
+        let d = before.delta(&later);
+        assert_eq!(d.calls.len(), 1, "only calls made in the phase");
+        assert_eq!(
+            d.calls[&("POST".into(), "pods".into())],
+            vec![(0.01, 1.0), (f64::INFINITY, 1.0)]
+        );
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::measure::Delta;
+use crate::measure::{Delta, quantile};
 
 /// Resources only the operator reads or writes in the bench (besides the bench's own
 /// requests, taken out): its requests per reconcile are counted over these. Pods are
@@ -157,6 +157,27 @@ pub fn requests_detail(delta: &Delta, own: &BTreeMap<(String, String, String), u
             };
             let _ = writeln!(out, "  {verb:<7} {what:<28} {n:>8.0}");
         }
+    }
+    out
+}
+
+/// The operator's API calls of a phase as it timed them, one `verb resource n p50 p99`
+/// per line (watches left out: timed only until their stream opened), for the log: which
+/// call a slow reconcile waits on.
+pub fn call_latency_detail(delta: &Delta) -> String {
+    let mut out = String::new();
+    for ((verb, resource), buckets) in &delta.calls {
+        if verb == "WATCH" {
+            continue;
+        }
+        let n = buckets.last().map_or(0.0, |(_, n)| *n);
+        let ms = |q| quantile(buckets, q).map_or(f64::NAN, |s| s * 1000.0);
+        let _ = writeln!(
+            out,
+            "  operator {verb:<7} {resource:<28} {n:>8.0}  p50 {:>7.1} ms  p99 {:>7.1} ms",
+            ms(0.5),
+            ms(0.99)
+        );
     }
     out
 }
