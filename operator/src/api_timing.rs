@@ -2,10 +2,11 @@
 //! (`hcomm_operator_api_request_duration_seconds{verb,resource}`): a tower layer on the
 //! kube client's stack.
 //!
-//! Why: a reconcile is about one API call once its reads come from watch caches, so a
-//! slow reconcile is a slow call — and the apiserver's own latency metric neither tells
-//! this client's calls from the kubelet's or kwok's nor counts the wait in this client's
-//! connection. The labels are the apiserver's own (`apiserver_request_total`'s verbs,
+//! Why: with its reads from watch caches, a reconcile's time is its writes — which ones,
+//! and how slow, is what this says (it showed the Event writes, awaited one by one, as
+//! the operator's most frequent call: `crate::event_sink`). The apiserver's own latency
+//! metric neither tells this client's calls from the kubelet's or kwok's nor counts the
+//! wait in this client's connection. The labels are the apiserver's own (`apiserver_request_total`'s verbs,
 //! `resource` or `resource/subresource`), so the two compare line for line. A watch is
 //! timed to its response headers, i.e. until the stream opened.
 

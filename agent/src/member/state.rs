@@ -456,33 +456,24 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
             (P::Leaving { why }, actions)
         }
         (P::Leaving { why }, E::Left) => {
-            let left = || cond(POD_JOINED, false, PodReason::Left, "left the domain");
-            let actions = match why {
-                Departure::Drained => vec![
-                    left(),
-                    cond(
-                        POD_DRAINED,
-                        true,
-                        PodReason::Drained,
-                        "no requests in flight; left the domain",
-                    ),
-                ],
-                Departure::DrainTimedOut => vec![
-                    left(),
-                    cond(
-                        POD_DRAINED,
-                        true,
-                        PodReason::DrainTimedOut,
-                        "drain timed out with requests in flight; left the domain",
-                    ),
-                ],
-                Departure::NeverJoined => vec![cond(
-                    POD_DRAINED,
-                    true,
+            let (reason, message) = match why {
+                Departure::Drained => {
+                    (PodReason::Drained, "no requests in flight; left the domain")
+                }
+                Departure::DrainTimedOut => (
+                    PodReason::DrainTimedOut,
+                    "drain timed out with requests in flight; left the domain",
+                ),
+                Departure::NeverJoined => (
                     PodReason::Drained,
                     "never joined the domain: nothing to drain",
-                )],
+                ),
             };
+            let mut actions = Vec::new();
+            if *why != Departure::NeverJoined {
+                actions.push(cond(POD_JOINED, false, PodReason::Left, "left the domain"));
+            }
+            actions.push(cond(POD_DRAINED, true, reason, message));
             (P::Drained, actions)
         }
         _ => same(),

@@ -444,14 +444,7 @@ impl Operator {
     /// The value of an unlabelled metric, once the server answers.
     pub async fn metric(&self, name: &str) -> Result<f64> {
         let text = self.metrics_text().await?;
-        text.lines()
-            .find_map(|line| {
-                line.strip_prefix(name)?
-                    .strip_prefix(' ')?
-                    .trim()
-                    .parse()
-                    .ok()
-            })
+        hcomm_e2e::bench::metric(&text, name)
             .with_context(|| format!("no metric {name} in\n{text}"))
     }
 
