@@ -46,6 +46,8 @@ pub const CACHE_WAIT: Duration = Duration::from_secs(5);
 pub struct Caches {
     /// Member Pods (label `hcomm.io/group`) of every group in the watched scope.
     pub pods: Store<Pod>,
+    /// The same Pods folded by group and node, never behind `pods` (`crate::pod_index`).
+    pub pod_index: crate::pod_index::PodIndex,
     /// The groups in the watched scope.
     pub groups: Store<HcommGroup>,
     /// Every `HcommNode`.
@@ -431,6 +433,7 @@ mod tests {
         let shared = SharedCaches::default();
         let caches = Caches {
             pods: store().0,
+            pod_index: Default::default(),
             groups: store().0,
             hcomm_nodes: store().0,
             nodes: store().0,

@@ -32,6 +32,7 @@ pub mod pdb;
 pub mod phase;
 pub mod planner;
 pub mod pod_builder;
+pub mod pod_index;
 pub mod podgroup;
 pub mod rank_table;
 pub mod readiness;
@@ -46,7 +47,7 @@ pub mod watches;
 
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use hcomm_crds::contract::{LABEL_GROUP, LABEL_MANAGED_BY, MANAGER_NAME};
 use hcomm_crds::{HcommGroup, HcommNode};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
@@ -189,12 +190,16 @@ pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
         ),
     };
     let nodes: Api<HcommNode> = Api::all(client.clone());
-    // The member Pods: one watch fills the store reconciles read (`cache`) and triggers
-    // them, the store updated before each trigger is handed on.
+    // The member Pods: one watch fills the index and the store reconciles read (`cache`,
+    // `pod_index`; the index first, so it is never behind the store) and triggers them,
+    // both updated before each trigger is handed on.
+    let (pod_index, mut pod_index_writer) = pod_index::index();
     let (pod_store, pod_writer) = reflector::store();
     let pod_events = reflector::reflector(
         pod_writer,
-        watcher(pods, watcher::Config::default().labels(LABEL_GROUP)).default_backoff(),
+        watcher(pods, watcher::Config::default().labels(LABEL_GROUP))
+            .default_backoff()
+            .inspect_ok(move |event| pod_index_writer.apply(event)),
     )
     .touched_objects();
     // Only changes that can move a plan or a condition wake every group: agents republish
@@ -248,6 +253,7 @@ pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
     // Reconciles read these from now on; they go when this controller stops.
     let _caches = ctx.caches.install(cache::Caches {
         pods: pod_store,
+        pod_index,
         groups: group_store.clone(),
         hcomm_nodes: node_store.clone(),
         nodes: kube_node_store,

@@ -8,17 +8,18 @@
 //! Size: the fetch and its pure conversions of one observation belong together; the
 //! conversions are small functions each with its unit test below.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hcomm_crds::contract::{LABEL_GROUP, LABEL_MANAGED_BY, MANAGER_NAME};
+use hcomm_crds::contract::LABEL_GROUP;
 use hcomm_crds::{DeviceHealth, HcommGroup, HcommNode, LinkTestResult, MemberPhase};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
 use crate::cache::CACHE_WAIT;
@@ -26,6 +27,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::phase::{self, ObservedMember};
 use crate::planner::{Device, NodeInventory, Recorded};
+use crate::pod_index::PodIndex;
 use crate::rank_table::{EPOCH_KEY, MEMBERS_KEY, config_map_name};
 
 pub use hcomm_crds::contract::ANNOTATION_AVOID_NODES;
@@ -155,7 +157,9 @@ pub async fn prepare(ctx: &Context, group: &HcommGroup, own: OwnWrites) -> Resul
 
 /// Everything a reconcile reads about the cluster besides its group's rank table.
 struct Snapshot {
-    pods: Vec<Arc<Pod>>,
+    pods: PodLookup,
+    /// The member Pods' names by group and NPUs by node (`crate::pod_index`).
+    index: PodIndex,
     groups: Groups,
     hcomm_nodes: Vec<Arc<HcommNode>>,
     nodes: Vec<Arc<Node>>,
@@ -165,7 +169,8 @@ impl Snapshot {
     /// The caches' view (no API call).
     fn cached(caches: &crate::cache::Caches) -> Snapshot {
         Snapshot {
-            pods: caches.pods.state(),
+            pods: PodLookup::Store(caches.pods.clone()),
+            index: caches.pod_index.clone(),
             groups: existing_groups(caches.groups.state().iter().map(|g| g.meta())),
             hcomm_nodes: caches.hcomm_nodes.state(),
             nodes: caches.nodes.state(),
@@ -198,11 +203,37 @@ impl Snapshot {
             .await
             .map_err(Error::kube("list Nodes"))?;
         Ok(Snapshot {
-            pods: arcs(pods.items),
+            index: PodIndex::of(&pods.items),
+            pods: PodLookup::Listed(
+                pods.items
+                    .into_iter()
+                    .map(|p| {
+                        (
+                            (p.namespace().unwrap_or_default(), p.name_any()),
+                            Arc::new(p),
+                        )
+                    })
+                    .collect(),
+            ),
             groups: existing_groups(groups.items.iter().map(|g| &g.metadata)),
             hcomm_nodes: arcs(hcomm_nodes.items),
             nodes: arcs(nodes.items),
         })
+    }
+}
+
+/// The member Pods' contents by name: the store's, or those a reconcile listed.
+enum PodLookup {
+    Store(Store<Pod>),
+    Listed(HashMap<(String, String), Arc<Pod>>),
+}
+
+impl PodLookup {
+    fn get(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        match self {
+            PodLookup::Store(store) => store.get(&ObjectRef::new(name).within(namespace)),
+            PodLookup::Listed(pods) => pods.get(&(namespace.to_owned(), name.to_owned())).cloned(),
+        }
     }
 }
 
@@ -229,37 +260,36 @@ pub async fn fetch(ctx: &Context, group: &HcommGroup, prepared: Prepared) -> Res
     let resource = group.spec.npu.resource_name.as_str();
     let allocatable = allocatable(snapshot.nodes.iter().map(AsRef::as_ref), resource);
     let uid = group.meta().uid.clone();
-    let pods = || snapshot.pods.iter().map(AsRef::as_ref);
-    // The group's own Pods are among every group's (one list, not two: issue 20).
-    let members = pods()
-        .filter(|pod| of_group(pod, &namespace, &name))
+    let index = snapshot.index.read();
+    // The group's own Pods, by the names the index keeps per group (not a walk over every
+    // group's Pods: issue 20).
+    let members: Vec<ObservedMember> = index
+        .names(&namespace, &name)
+        .iter()
+        .filter_map(|pod| snapshot.pods.get(&namespace, pod))
         .filter(|pod| owned_by(pod, uid.as_deref()))
-        .filter_map(|pod| phase::observe(pod, resource))
+        .filter_map(|pod| phase::observe(&pod, resource))
         .collect();
-    let mut used = used_npus(pods(), resource, &snapshot.groups);
-    let present: BTreeSet<(String, String)> = pods()
-        .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
-        .collect();
-    ctx.assumed.add_to(&mut used, resource, |ns, pod| {
-        present.contains(&(ns.to_owned(), pod.to_owned()))
-    });
+    let mut used = index.used_npus(resource, &snapshot.groups);
+    ctx.assumed
+        .add_to(&mut used, resource, |ns, pod| index.contains(ns, pod));
+    drop(index);
+    // Only the member nodes' links and publications matter to this group's report.
+    let member_nodes: BTreeSet<&str> = members.iter().filter_map(|m| m.node.as_deref()).collect();
     let hcomm_nodes = || snapshot.hcomm_nodes.iter().map(AsRef::as_ref);
+    let of_members = || hcomm_nodes().filter(|n| member_nodes.contains(n.spec.node_name.as_str()));
+    let link_tests = link_tests(of_members());
+    let published_at = published_at(of_members());
     Ok(Observed {
         members,
         used_npus: used,
         nodes: hcomm_nodes().map(|n| inventory(n, &allocatable)).collect(),
-        link_tests: link_tests(hcomm_nodes()),
-        published_at: published_at(hcomm_nodes()),
+        link_tests,
+        published_at,
         recorded: recorded(prepared.config_map.as_ref(), group),
         config_map: prepared.config_map,
         cordoned: crate::disruption::cordoned(snapshot.nodes.iter().map(AsRef::as_ref)),
     })
-}
-
-/// Whether `pod` is in `namespace` and labelled as a member of group `name`.
-fn of_group(pod: &Pod, namespace: &str, name: &str) -> bool {
-    pod.namespace().as_deref() == Some(namespace)
-        && pod.labels().get(LABEL_GROUP).map(String::as_str) == Some(name)
 }
 
 fn owned_by(pod: &Pod, uid: Option<&str>) -> bool {
@@ -278,67 +308,6 @@ pub fn existing_groups<'a>(metas: impl IntoIterator<Item = &'a ObjectMeta>) -> G
         .into_iter()
         .filter_map(|m| Some((m.namespace.clone()?, m.name.clone()?, m.uid.clone()?)))
         .collect()
-}
-
-/// Whether `pod` is a member Pod this operator made: labelled as managed by it, and
-/// controlled by an `HcommGroup` that exists in the Pod's namespace — the UID of its
-/// controller reference is that group's, and its group label names it (issue 17, point 6:
-/// anyone can write labels, annotations and owner references on their own Pods; a
-/// stranger's Pod with forged `hcomm.io/*` labels and a made-up HcommGroup owner steers
-/// nothing).
-pub fn operator_owned(pod: &Pod, groups: &Groups) -> bool {
-    let labels = pod.labels();
-    let ns = pod.namespace().unwrap_or_default();
-    labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGER_NAME)
-        && pod.owner_references().iter().any(|o| {
-            o.controller == Some(true)
-                && o.kind == HcommGroup::kind(&())
-                && o.api_version == HcommGroup::api_version(&())
-                && labels.get(LABEL_GROUP) == Some(&o.name)
-                && groups.contains(&(ns.clone(), o.name.clone(), o.uid.clone()))
-        })
-}
-
-/// NPUs of `resource` requested per node by the operator's member Pods that have not
-/// finished (Succeeded/Failed Pods release theirs). A Pod counts on its node once bound,
-/// and before that on the node its required affinity names (where the operator planned
-/// it), so a plan never hands out NPUs a Pod waiting for the scheduler was planned on.
-pub fn used_npus<'a>(
-    pods: impl IntoIterator<Item = &'a Pod>,
-    resource: &str,
-    groups: &Groups,
-) -> BTreeMap<String, u32> {
-    let mut used: BTreeMap<String, u32> = BTreeMap::new();
-    for pod in pods.into_iter().filter(|p| operator_owned(p, groups)) {
-        let finished = matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        );
-        let Some(spec) = pod.spec.as_ref() else {
-            continue;
-        };
-        let Some(node) = crate::affinity::node_of(spec) else {
-            continue;
-        };
-        if finished {
-            continue;
-        }
-        let requested: u32 = spec
-            .containers
-            .iter()
-            .filter_map(|c| {
-                let r = c.resources.as_ref()?;
-                let q = r
-                    .requests
-                    .as_ref()
-                    .and_then(|m| m.get(resource))
-                    .or_else(|| r.limits.as_ref().and_then(|m| m.get(resource)))?;
-                count(q)
-            })
-            .sum();
-        *used.entry(node).or_default() += requested;
-    }
-    used
 }
 
 /// The allocatable NPUs of `resource` per Kubernetes Node.
@@ -362,18 +331,20 @@ fn count(q: &Quantity) -> Option<u32> {
 
 /// The planner's view of an `HcommNode`, with the allocatable NPUs of its Kubernetes Node.
 pub fn inventory(node: &HcommNode, allocatable: &BTreeMap<String, u32>) -> NodeInventory {
-    let status = node.status.clone().unwrap_or_default();
+    // Borrowed, not cloned whole: the status also carries every link test the node ran.
+    let status = node.status.as_ref();
     NodeInventory {
         npus: allocatable.get(&node.spec.node_name).copied().unwrap_or(0),
         name: node.spec.node_name.clone(),
-        topology: status.topology,
-        data_address: status.data_address,
+        topology: status.map(|s| s.topology.clone()).unwrap_or_default(),
+        data_address: status.and_then(|s| s.data_address.clone()),
         devices: status
-            .devices
-            .into_iter()
+            .map(|s| s.devices.as_slice())
+            .unwrap_or_default()
+            .iter()
             .map(|d| Device {
                 id: d.id,
-                ip: d.ip,
+                ip: d.ip.clone(),
                 healthy: d.health == DeviceHealth::Healthy,
             })
             .collect(),
@@ -502,19 +473,17 @@ mod tests {
     }
 
     #[test]
-    fn a_groups_own_pods_are_picked_from_every_groups_by_namespace_and_label() {
-        let pod = |ns: &str, group: &str| -> Pod {
+    fn existing_groups_are_read_from_their_metadata() {
+        let g: kube::core::PartialObjectMeta<HcommGroup> =
             serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "p", "namespace": ns, "labels": {LABEL_GROUP: group}}
+                "apiVersion": HcommGroup::api_version(&()), "kind": HcommGroup::kind(&()),
+                "metadata": {"name": "decode", "namespace": "ai", "uid": "uid-decode"}
             }))
-            .unwrap()
-        };
-        assert!(of_group(&pod("ns", "g"), "ns", "g"));
-        assert!(
-            !of_group(&pod("other", "g"), "ns", "g"),
-            "same name, other namespace"
+            .unwrap();
+        assert_eq!(
+            existing_groups([&g.metadata]),
+            Groups::from([("ai".into(), "decode".into(), "uid-decode".into())])
         );
-        assert!(!of_group(&pod("ns", "g2"), "ns", "g"));
     }
 
     fn set(names: &[&str]) -> BTreeSet<String> {
@@ -570,7 +539,3 @@ mod tests {
         );
     }
 }
-
-#[cfg(test)]
-#[path = "observe_scope_tests.rs"]
-mod scope_tests;

@@ -7,8 +7,8 @@
 //! would look full and the next scale-out would stop at `InsufficientCapacity`.
 //!
 //! The operator counts only Pods controlled by a group that exists in the Pod's own
-//! namespace (`operator/src/observe.rs`, `operator_owned`): decode scales 2 → 4 onto those
-//! hosts and back, and no request fails. (Kubernetes' garbage collector deletes such Pods
+//! namespace (`operator/src/pod_index.rs`, `owner` and `Index::used_npus`): decode scales
+//! 2 → 4 onto those hosts and back, and no request fails. (Kubernetes' garbage collector deletes such Pods
 //! once it sees their owner missing; a finalizer keeps them here so that the accounting is
 //! tried throughout, as it would be against Pods whose deletion is slow.)
 
