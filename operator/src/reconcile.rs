@@ -306,8 +306,15 @@ async fn update_status(
     pod_group: &podgroup::PodGroupOutcome,
     now: Timestamp,
 ) -> Result<()> {
+    let uid = group.meta().uid.clone().unwrap_or_default();
+    let previous = ctx.status_written.latest(
+        &uid,
+        group.status.as_ref(),
+        group.meta().resource_version.as_deref(),
+    );
     let mut next = status::build(status::StatusInput {
         group,
+        previous: &previous,
         members,
         plan,
         outcome,
@@ -332,8 +339,6 @@ async fn update_status(
         // Not asked (any more): no condition about a PodGroup.
         None => next.conditions.retain(|c| c.type_ != pod_group_ready),
     }
-    let uid = group.meta().uid.clone().unwrap_or_default();
-    let previous = ctx.status_written.previous(&uid, group.status.as_ref());
     let namespace = group.namespace().unwrap_or_default();
     let phases: Vec<_> = next.members.iter().map(|m| m.phase).collect();
     ctx.metrics
@@ -354,11 +359,12 @@ async fn update_status(
         }
     }
     let notes = events::for_round(&previous, &next, outcome);
-    if group.status.as_ref() != Some(&next) {
+    let mut version = None;
+    if previous != next {
         let api: Api<HcommGroup> = Api::namespaced(ctx.client.clone(), &namespace);
-        status::write(&api, &group.name_any(), &next).await?;
+        version = status::write(&api, &group.name_any(), &next).await?;
     }
-    ctx.status_written.wrote(&uid, &next);
+    ctx.status_written.wrote(&uid, &next, version);
     events::publish(ctx, group, notes);
     Ok(())
 }

@@ -44,6 +44,11 @@ const DRAIN_TIMEOUT_STICKS: SignedDuration = SignedDuration::from_mins(10);
 pub struct StatusInput<'a> {
     /// The group as fetched.
     pub group: &'a HcommGroup,
+    /// Its status as last written: this process's last write while the cached object does
+    /// not show it yet (`crate::status_written`). Phase times and condition transition
+    /// times carry on from it; from a cached status older than the last write, a member
+    /// that just changed phase would change "again", and every round would write.
+    pub previous: &'a HcommGroupStatus,
     /// Its member Pods as observed before applying the plan.
     pub members: &'a [ObservedMember],
     /// The plan.
@@ -65,7 +70,7 @@ pub fn build(input: StatusInput<'_>) -> HcommGroupStatus {
     let group = input.group;
     let name = group.metadata.name.clone().unwrap_or_default();
     let generation = group.metadata.generation;
-    let previous = group.status.clone().unwrap_or_default();
+    let previous = input.previous;
     let dpm = group.spec.devices_per_member;
     let weights = group.spec.weights.as_ref().map(|w| w.version.clone());
     let since: BTreeMap<&str, (MemberPhase, Option<Time>)> = previous
@@ -271,7 +276,7 @@ pub fn build(input: StatusInput<'_>) -> HcommGroupStatus {
         generation,
         now.clone(),
     );
-    let (degraded, reason, message) = degraded(input, &previous);
+    let (degraded, reason, message) = degraded(input, previous);
     set(
         &mut conditions,
         CONDITION_DEGRADED,
@@ -560,21 +565,27 @@ fn topology(input: StatusInput<'_>, dpm: i32) -> Vec<TopologyEntry> {
     entries
 }
 
-/// Writes `status` with server-side apply (field manager `hcomm-operator`).
-pub async fn write(api: &Api<HcommGroup>, name: &str, status: &HcommGroupStatus) -> Result<()> {
+/// Writes `status` with server-side apply (field manager `hcomm-operator`); the group's
+/// resource version after the write.
+pub async fn write(
+    api: &Api<HcommGroup>,
+    name: &str,
+    status: &HcommGroupStatus,
+) -> Result<Option<String>> {
     let patch = serde_json::json!({
         "apiVersion": hcomm_crds::API_GROUP_VERSION,
         "kind": "HcommGroup",
         "status": status,
     });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::kube(format!("write status of HcommGroup {name}")))?;
-    Ok(())
+    let written = api
+        .patch_status(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(Error::kube(format!("write status of HcommGroup {name}")))?;
+    Ok(written.metadata.resource_version)
 }
 
 #[cfg(test)]

@@ -8,32 +8,75 @@
 //! members in a scale storm that was about 900 repeated Event writes (issue 20). Only
 //! the operator writes a group's status, so what it last wrote is the latest status; a
 //! process that has written none yet (just started or took over) compares against the
-//! cached one, as before. Whether to write at all is still judged against the cached
-//! object, so a status changed by anyone else is put right.
+//! cached one.
+//!
+//! The next status is also built from it (phase and condition transition times carry
+//! on), and written only when it differs from it. Built from and judged against a lagging
+//! cache, every round wrote: a member that changed phase in the last write had changed
+//! "again", at a new time (issue 20: in a 50-group storm reconciles run on every member's
+//! condition change, faster than the group watch brings back the operator's own writes).
+//! The last write counts while the cached object is older than it (by the resource
+//! version the API server answered the write with); once the cache shows it or something
+//! newer, the cached object does, so a status changed by anyone else is put right.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use hcomm_crds::HcommGroupStatus;
 
+use crate::cache::at_least;
+
+/// A status written, and the resource version the API server answered the write with.
+#[derive(Debug, Clone)]
+struct Written {
+    status: HcommGroupStatus,
+    resource_version: Option<String>,
+}
+
 /// Per group UID, the status last written.
 #[derive(Debug, Default)]
-pub struct StatusWritten(Mutex<HashMap<String, HcommGroupStatus>>);
+pub struct StatusWritten(Mutex<HashMap<String, Written>>);
 
 impl StatusWritten {
-    /// What the group's status was after this process's last write, or `cached` if it
-    /// has written none.
-    pub fn previous(&self, uid: &str, cached: Option<&HcommGroupStatus>) -> HcommGroupStatus {
-        self.lock()
-            .get(uid)
-            .cloned()
+    /// The group's latest status: this process's last write while the cached object
+    /// (status `cached` at resource version `cached_version`) is older than that write,
+    /// else the cached one.
+    pub fn latest(
+        &self,
+        uid: &str,
+        cached: Option<&HcommGroupStatus>,
+        cached_version: Option<&str>,
+    ) -> HcommGroupStatus {
+        let all = self.lock();
+        let unseen = all.get(uid).filter(|w| {
+            match (cached_version, w.resource_version.as_deref()) {
+                (Some(have), Some(wrote)) => !at_least(have, wrote),
+                // A write without an answered version, or a cached object without one:
+                // only the write is known to be this process's.
+                _ => true,
+            }
+        });
+        unseen
+            .map(|w| w.status.clone())
             .or_else(|| cached.cloned())
             .unwrap_or_default()
     }
 
-    /// `status` was written (or found already there) for the group `uid`.
-    pub fn wrote(&self, uid: &str, status: &HcommGroupStatus) {
-        self.lock().insert(uid.to_owned(), status.clone());
+    /// `status` was written (answered at `resource_version`; `None`: found already there)
+    /// for the group `uid`.
+    pub fn wrote(&self, uid: &str, status: &HcommGroupStatus, resource_version: Option<String>) {
+        let mut all = self.lock();
+        // A round that found its status already there keeps the version of the write that
+        // put it there.
+        let resource_version =
+            resource_version.or_else(|| all.get(uid).and_then(|w| w.resource_version.clone()));
+        all.insert(
+            uid.to_owned(),
+            Written {
+                status: status.clone(),
+                resource_version,
+            },
+        );
     }
 
     /// The group `uid` is gone.
@@ -41,7 +84,7 @@ impl StatusWritten {
         self.lock().remove(uid);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HcommGroupStatus>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Written>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -50,28 +93,38 @@ impl StatusWritten {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_last_write_wins_over_a_stale_cache_until_the_group_is_gone() {
-        let written = StatusWritten::default();
-        let cached = HcommGroupStatus {
-            epoch: 1,
+    fn epoch(epoch: i64) -> HcommGroupStatus {
+        HcommGroupStatus {
+            epoch,
             ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_last_write_is_the_latest_until_the_cache_shows_it_or_something_newer() {
+        let written = StatusWritten::default();
+        let latest = |cached: i64, version: &str| {
+            written
+                .latest("u", Some(&epoch(cached)), Some(version))
+                .epoch
         };
+        assert_eq!(latest(1, "5"), 1, "nothing written: the cache");
+        written.wrote("u", &epoch(2), Some("10".into()));
+        assert_eq!(latest(1, "9"), 2, "the cache is behind the write");
+        // Found already there: the version of the write that put it there still counts.
+        written.wrote("u", &epoch(2), None);
+        assert_eq!(latest(1, "9"), 2);
+        assert_eq!(latest(2, "10"), 2, "the cache shows the write");
         assert_eq!(
-            written.previous("u", Some(&cached)).epoch,
-            1,
-            "none written"
+            latest(7, "11"),
+            7,
+            "someone else's later change is the latest (and is put right)"
         );
-        written.wrote(
-            "u",
-            &HcommGroupStatus {
-                epoch: 2,
-                ..Default::default()
-            },
+        assert_eq!(
+            written.latest("other", None, None),
+            HcommGroupStatus::default()
         );
-        assert_eq!(written.previous("u", Some(&cached)).epoch, 2);
-        assert_eq!(written.previous("other", None), HcommGroupStatus::default());
         written.forget("u");
-        assert_eq!(written.previous("u", Some(&cached)).epoch, 1);
+        assert_eq!(latest(1, "9"), 1, "forgotten: the cache again");
     }
 }

@@ -42,6 +42,7 @@ fn report(reachable: bool, at: Timestamp) -> LinkReport {
 fn build_at(group: &HcommGroup, links: &LinkReport, now: Timestamp) -> HcommGroupStatus {
     build(StatusInput {
         group,
+        previous: &group.status.clone().unwrap_or_default(),
         members: &[],
         plan: &Plan::default(),
         outcome: &Outcome::default(),
@@ -130,6 +131,7 @@ fn a_failed_verification_outranks_a_dead_link_on_degraded() {
     };
     let status = build(StatusInput {
         group: &g,
+        previous: &g.status.clone().unwrap_or_default(),
         members: &[],
         plan: &plan,
         outcome: &Outcome::default(),
@@ -191,6 +193,7 @@ fn status_bytes(count: i32, dpm: i32) -> (usize, HcommGroupStatus) {
     let now = Timestamp::from_second(1_700_000_000).unwrap();
     let status = build(StatusInput {
         group: &group(),
+        previous: &HcommGroupStatus::default(),
         members: &[],
         plan: &plan,
         outcome: &Outcome::default(),
@@ -265,6 +268,7 @@ fn standby_members_are_counted_apart_from_the_scale_subresources_replicas() {
     let links = report(true, now);
     let status = build(StatusInput {
         group: &g,
+        previous: &g.status.clone().unwrap_or_default(),
         members: &members,
         plan: &plan,
         outcome: &Outcome::default(),
@@ -297,6 +301,7 @@ fn members_held_back_by_the_failure_backoff_are_progressing_not_stable() {
     plan.delayed_until = Some(until);
     let status = build(StatusInput {
         group: &g,
+        previous: &g.status.clone().unwrap_or_default(),
         members: &[],
         plan: &plan,
         outcome: &Outcome::default(),
