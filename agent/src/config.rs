@@ -200,7 +200,9 @@ pub struct Context {
     pub pod_sockets: Arc<crate::local_api::pods::PodSockets>,
     pub inventory: tokio::sync::RwLock<Inventory>,
     pub weights: Arc<dyn WeightsSyncer>,
-    pub recorder: kube::runtime::events::Recorder,
+    /// Events about member Pods and this node, written off the caller's path and keyed
+    /// with their note (`hcomm_events`).
+    pub events: hcomm_events::EventSink,
     /// Latest link tests, published in `HcommNode.status.linkTests`.
     pub link_tests: Mutex<Vec<LinkTestResult>>,
     /// Peers (node, data address) of the members on this node, for the health probes: the
@@ -221,12 +223,15 @@ pub struct Context {
 
 impl Context {
     pub fn new(cfg: AgentConfig, client: kube::Client, weights: Arc<dyn WeightsSyncer>) -> Context {
-        let recorder = kube::runtime::events::Recorder::new(
+        let metrics = Metrics::new();
+        let events = hcomm_events::EventSink::start(
             client.clone(),
-            kube::runtime::events::Reporter {
+            hcomm_events::Reporter {
                 controller: crate::FIELD_MANAGER.into(),
-                instance: Some(cfg.node_name.clone()),
+                instance: cfg.node_name.clone(),
             },
+            metrics.events_dropped.clone(),
+            metrics.event_write_failures.clone(),
         );
         let hub = Hub::default();
         let pod_sockets = Arc::new(crate::local_api::pods::PodSockets::new(
@@ -245,12 +250,12 @@ impl Context {
             group_secrets,
             cfg,
             client,
-            metrics: Metrics::new(),
+            metrics,
             hub,
             pod_sockets,
             inventory: tokio::sync::RwLock::new(Inventory::default()),
             weights,
-            recorder,
+            events,
             link_tests: Mutex::new(Vec::new()),
             peers: Mutex::new(Vec::new()),
             member_peers: Mutex::new(Default::default()),

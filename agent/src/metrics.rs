@@ -43,6 +43,10 @@ pub struct Metrics {
     pub comm_open: IntGauge,
     pub comm_created: IntCounter,
     pub comm_destroyed: IntCounter,
+    /// Events dropped because the publisher's queue was full (`hcomm_events`).
+    pub events_dropped: IntCounter,
+    /// Event writes the API server refused or that failed.
+    pub event_write_failures: IntCounter,
     pub busbw: GaugeVec,
     pub drains: IntCounterVec,
     pub open_fds: IntGauge,
@@ -183,6 +187,16 @@ impl Metrics {
                 "Communicators destroyed",
             ))
             .expect("metric"),
+            events_dropped: IntCounter::with_opts(opts(
+                "events_dropped_total",
+                "Kubernetes Events dropped unwritten: the publisher's queue was full",
+            ))
+            .expect("metric"),
+            event_write_failures: IntCounter::with_opts(opts(
+                "event_write_failures_total",
+                "Kubernetes Event writes the API server refused or that failed",
+            ))
+            .expect("metric"),
             busbw: GaugeVec::new(
                 opts(
                     "collective_busbw_bytes_per_second",
@@ -244,6 +258,10 @@ impl Metrics {
         r.register(Box::new(m.comm_created.clone()))
             .expect("register");
         r.register(Box::new(m.comm_destroyed.clone()))
+            .expect("register");
+        r.register(Box::new(m.events_dropped.clone()))
+            .expect("register");
+        r.register(Box::new(m.event_write_failures.clone()))
             .expect("register");
         r.register(Box::new(m.busbw.clone())).expect("register");
         r.register(Box::new(m.drains.clone())).expect("register");

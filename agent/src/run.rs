@@ -237,6 +237,10 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
         t.abort();
     }
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), driver).await;
+    // The member tasks' last Events (a drain, a failure) say why they stopped.
+    if !ctx.events.flush(std::time::Duration::from_secs(2)).await {
+        tracing::warn!("events still queued at exit were not all written within 2 s");
+    }
     let _ = tokio::join!(probe_task, api_task, metrics_task, weights_task);
     if let Some(server) = csi_server {
         server.shutdown(std::time::Duration::from_secs(2)).await;

@@ -4,7 +4,7 @@
 //!
 //! Why: with its reads from watch caches, a reconcile's time is its writes — which ones,
 //! and how slow, is what this says (it showed the Event writes, awaited one by one, as
-//! the operator's most frequent call: `crate::event_sink`). The apiserver's own latency
+//! the operator's most frequent call: `hcomm_events`). The apiserver's own latency
 //! metric neither tells this client's calls from the kubelet's or kwok's nor counts the
 //! wait in this client's connection. The labels are the apiserver's own (`apiserver_request_total`'s verbs,
 //! `resource` or `resource/subresource`), so the two compare line for line. A watch is

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::event_sink::{EventSink, Reporter};
+use hcomm_events::{EventSink, Reporter};
 
 use crate::links::LinkPolicy;
 use crate::metrics::Metrics;

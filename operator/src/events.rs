@@ -17,8 +17,8 @@ use kube::Resource;
 
 use crate::apply::Outcome;
 use crate::context::Context;
-use crate::event_sink::EventKey;
 use crate::planner::RemovalReason;
+use hcomm_events::EventKey;
 
 /// One Event to publish.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,7 +149,7 @@ fn links(before: &HcommGroupStatus, after: &HcommGroupStatus) -> Option<Note> {
     }
 }
 
-/// Queues `notes` about `group` for the publisher (`crate::event_sink`): never waits;
+/// Queues `notes` about `group` for the publisher (`hcomm_events`): never waits;
 /// failures are logged and counted there, never fatal.
 pub fn publish(ctx: &Context, group: &HcommGroup, notes: Vec<Note>) {
     let reference = group.object_ref(&());

@@ -20,7 +20,6 @@ pub mod config;
 pub mod context;
 pub mod disruption;
 pub mod error;
-pub mod event_sink;
 pub mod events;
 pub mod group_secret;
 pub mod isolation;

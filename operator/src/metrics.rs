@@ -43,7 +43,7 @@ pub struct Metrics {
     pub duration: Histogram,
     /// The operator's Kubernetes API calls, by verb and resource (`crate::api_timing`).
     pub api_requests: HistogramVec,
-    /// Events dropped because the publisher's queue was full (`crate::event_sink`).
+    /// Events dropped because the publisher's queue was full (`hcomm_events`).
     pub events_dropped: IntCounter,
     /// Event writes the apiserver refused or that failed.
     pub event_write_failures: IntCounter,

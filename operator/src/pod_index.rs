@@ -4,7 +4,7 @@
 //! Every reconcile needs a node's NPUs as every group's member Pods request them. Reading
 //! that from the Pod store meant walking every member Pod of the cluster, and checking
 //! each one's labels, owner and requests, on every reconcile, with the placement lock held:
-//! at 1,000 members that walk was 40 % of the operator's CPU in a 50-group storm, and the
+//! at 1,000 members that walk was 37 % of the operator's CPU in a 50-group storm, and the
 //! lock made the reconciles queue behind it (issue 20, docs/benchmarks.md). The index
 //! folds each Pod in once, when its event arrives, so a reconcile reads its group's
 //! share in time proportional to the groups and the nodes they use, not to the Pods.

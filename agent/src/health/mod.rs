@@ -162,26 +162,22 @@ pub async fn probe_loop(ctx: Arc<Context>) {
         }
         for dead in newly_dead(&before, &results) {
             tracing::warn!(peer = %dead.peer, address = %dead.peer_address, error = ?dead.error, "link down");
-            let ev = kube::runtime::events::Event {
-                type_: kube::runtime::events::EventType::Warning,
-                reason: hcomm_crds::contract::reasons::LINK_DEGRADED.into(),
-                note: Some(format!(
-                    "link {} → {} ({}) does not answer: {}",
-                    chosen.name,
-                    dead.peer,
-                    dead.peer_address,
-                    dead.error.as_deref().unwrap_or("?")
-                )),
-                action: "LinkProbe".into(),
-                secondary: None,
-            };
-            let obj = k8s_openapi::api::core::v1::ObjectReference {
+            let note = format!(
+                "link {} → {} ({}) does not answer: {}",
+                chosen.name,
+                dead.peer,
+                dead.peer_address,
+                dead.error.as_deref().unwrap_or("?")
+            );
+            let node = k8s_openapi::api::core::v1::ObjectReference {
                 api_version: Some(hcomm_crds::API_GROUP_VERSION.into()),
                 kind: Some("HcommNode".into()),
                 name: Some(ctx.cfg.node_name.clone()),
                 ..Default::default()
             };
-            let _ = ctx.recorder.publish(&ev, &obj).await;
+            let reason = hcomm_crds::contract::reasons::LINK_DEGRADED;
+            let key = hcomm_events::EventKey::new(&node, true, reason, "LinkProbe", &note);
+            ctx.events.publish(key, node);
         }
     }
 }

@@ -13,12 +13,12 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use hcomm_crds::contract::PodReason;
+use hcomm_events::EventKey;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType};
 use tokio::sync::watch;
 
 use super::conditions;
@@ -115,21 +115,18 @@ impl KubeCluster {
         }
     }
 
+    /// Queues the Event; the member task does not wait for the API server.
     async fn publish(&self, warning: bool, reason: PodReason, message: String) {
-        let ev = KubeEvent {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.as_str().into(),
-            note: Some(message.chars().take(1000).collect()),
-            action: "MemberLifecycle".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.ctx.recorder.publish(&ev, &self.pod_ref()).await {
-            tracing::warn!(error = %e, "could not publish an Event");
-        }
+        let note: String = message.chars().take(1000).collect();
+        let regarding = self.pod_ref();
+        let key = EventKey::new(
+            &regarding,
+            warning,
+            reason.as_str(),
+            "MemberLifecycle",
+            &note,
+        );
+        self.ctx.events.publish(key, regarding);
     }
 }
 

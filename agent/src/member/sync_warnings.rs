@@ -1,11 +1,11 @@
 //! The Warning Events of one weight sync: corrupt chunks and lost sources, gathered while
 //! the fetch runs and published as ONE Event per reason when it ends.
 //!
-//! Why one per reason: the Kubernetes event recorder folds Events with the same reason
-//! about the same Pod into a series that keeps the FIRST note, so a second lost source
-//! published as its own Event would only bump a counter and its address would be lost.
-//! Each note therefore names every source involved, addresses first (notes are capped),
-//! details after.
+//! Why one per reason: a bad source can corrupt hundreds of chunks, and one Event per
+//! chunk would flood the Pod's Events (and the API server) while `kubectl describe` shows
+//! only the latest few. Each note therefore names every source involved, addresses first
+//! (notes are capped), details after. (It also predates `hcomm_events`: kube-rs' recorder,
+//! used before, folded a second note of the same reason into the first one's series.)
 
 use std::net::SocketAddr;
 

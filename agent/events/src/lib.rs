@@ -1,22 +1,28 @@
-//! Publishes the operator's Kubernetes Events (`events.k8s.io/v1`) off the reconcile path,
-//! as client-go's event broadcaster does.
+//! Publishes Kubernetes Events (`events.k8s.io/v1`) off the caller's path, as client-go's
+//! event broadcaster does; the operator's reconciles and the node agent's member tasks
+//! and probes both publish through it.
 //!
-//! Why not `kube::runtime::events::Recorder`, awaited in the reconcile:
+//! Why not `kube::runtime::events::Recorder`, awaited where the Event happens:
 //! - It keys a repeated Event without its note, so a second `MemberCreated` on a group
 //!   ("member b created") only bumped the count of the first ("member a created") and
-//!   `kubectl describe` showed the first member's name for every one. Here the note is in
-//!   the key, as in client-go's events/v1 recorder: only identical Events make a series.
-//! - Each reconcile awaited one API call per Event, one after another: at 1,000 members
-//!   the Event writes were the operator's most frequent call and most of a reconcile's
-//!   time (issue 20, `docs/benchmarks.md`). Now a reconcile queues its Events and goes on.
+//!   `kubectl describe` showed the first member's name for every one; on a Pod, a second
+//!   `RejoinFailed` at a later epoch kept the first one's note. Here the note is in the
+//!   key, as client-go's core/v1 recorder keys its aggregation (`tools/record`,
+//!   `getEventKey`: the message is part of it); its events/v1 broadcaster leaves the note
+//!   out as kube-rs does. Only identical Events make a series.
+//! - The caller awaited one API call per Event: at 1,000 members the operator's Event
+//!   writes were its most frequent call and most of a reconcile's time (issue 20,
+//!   `docs/benchmarks.md`), and an agent's member task waited on the API server to say
+//!   what it was doing. Now the caller queues its Events and goes on.
 //!
 //! Events are best effort: the queue is bounded ([`QUEUE`]); one that does not fit is
-//! dropped and counted (`hcomm_operator_events_dropped_total`), and a failed write is
-//! logged and counted (`hcomm_operator_event_write_failures_total`), never retried. The
-//! publisher takes whatever is queued as one batch, folds identical Events of the batch
-//! into one write, and writes the batch [`IN_FLIGHT`] at a time.
+//! dropped and counted (the caller's `events_dropped_total`), and a failed write is
+//! logged and counted (its `event_write_failures_total`), never retried. The publisher
+//! takes whatever is queued as one batch, folds identical Events of the batch into one
+//! write, and writes the batch [`IN_FLIGHT`] at a time.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -26,7 +32,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use prometheus::IntCounter;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
 /// Events waiting to be written; more are dropped.
@@ -155,10 +161,19 @@ pub struct Reporter {
     pub instance: String,
 }
 
-/// The queue's sending end, kept in the reconcile context.
+/// What the queue carries: an Event, or a caller waiting for everything queued before it
+/// to be written ([`EventSink::flush`]).
+#[derive(Debug)]
+enum Queued {
+    /// Boxed: far larger than a flush, and most of what the queue holds.
+    Event(Box<(EventKey, ObjectReference)>),
+    Flush(oneshot::Sender<()>),
+}
+
+/// The queue's sending end, kept in the caller's context.
 #[derive(Debug, Clone)]
 pub struct EventSink {
-    tx: mpsc::Sender<(EventKey, ObjectReference)>,
+    tx: mpsc::Sender<Queued>,
     dropped: IntCounter,
 }
 
@@ -177,25 +192,47 @@ impl EventSink {
 
     /// Queues an Event; never waits. A full queue drops it (counted).
     pub fn publish(&self, key: EventKey, regarding: ObjectReference) {
-        if let Err(e) = self.tx.try_send((key, regarding)) {
+        if let Err(e) = self.tx.try_send(Queued::Event(Box::new((key, regarding)))) {
             self.dropped.inc();
-            let (key, _) = e.into_inner();
-            warn!(reason = %key.reason, object = %key.name, "event queue full; event dropped");
+            if let Queued::Event(event) = e.into_inner() {
+                let key = &event.0;
+                warn!(reason = %key.reason, object = %key.name, "event queue full; event dropped");
+            }
         }
+    }
+
+    /// Waits, at most `within`, until every Event queued before the call is written or
+    /// failed: for a process about to exit, whose last Events say why. False if the
+    /// deadline passed first.
+    pub async fn flush(&self, within: Duration) -> bool {
+        let (done, written) = oneshot::channel();
+        let flushed = async {
+            self.tx.send(Queued::Flush(done)).await.ok()?;
+            written.await.ok()
+        };
+        matches!(tokio::time::timeout(within, flushed).await, Ok(Some(())))
     }
 }
 
 async fn publisher(
     client: kube::Client,
     reporter: Reporter,
-    mut rx: mpsc::Receiver<(EventKey, ObjectReference)>,
+    mut rx: mpsc::Receiver<Queued>,
     failed: IntCounter,
 ) {
     let mut written = HashMap::new();
     let mut batch = Vec::with_capacity(BATCH);
     while rx.recv_many(&mut batch, BATCH).await > 0 {
         let now = Timestamp::now();
-        let writes = plan(&mut written, std::mem::take(&mut batch), now);
+        let mut events = Vec::with_capacity(batch.len());
+        let mut waiting = Vec::new();
+        for queued in batch.drain(..) {
+            match queued {
+                Queued::Event(event) => events.push(*event),
+                Queued::Flush(done) => waiting.push(done),
+            }
+        }
+        let writes = plan(&mut written, events, now);
         let results: Vec<_> = futures::stream::iter(writes)
             .map(|(key, regarding, write)| {
                 let (client, reporter) = (client.clone(), &reporter);
@@ -214,6 +251,9 @@ async fn publisher(
                 // Nothing to count on: the next identical Event is created anew.
                 written.remove(&key);
             }
+        }
+        for done in waiting {
+            let _ = done.send(());
         }
     }
 }
@@ -360,5 +400,27 @@ mod tests {
         // Past the TTL it starts over.
         let later = plan(&mut written, vec![(key("same"), group())], at(10 + 6 * 60));
         assert!(matches!(later[0].2, Write::Create { .. }));
+    }
+
+    #[tokio::test]
+    async fn flush_returns_once_everything_queued_before_it_was_tried() {
+        // Nothing listens on port 1: every write fails at once, and is counted.
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let (dropped, failed) = (
+            IntCounter::new("dropped", "d").unwrap(),
+            IntCounter::new("failed", "f").unwrap(),
+        );
+        let reporter = Reporter {
+            controller: "test".into(),
+            instance: "test".into(),
+        };
+        let sink = EventSink::start(client, reporter, dropped.clone(), failed.clone());
+        for note in ["a", "b", "b", "c"] {
+            sink.publish(key(note), group());
+        }
+        assert!(sink.flush(Duration::from_secs(20)).await, "flushed in time");
+        assert_eq!(failed.get(), 3, "three distinct Events, each tried once");
+        assert_eq!(dropped.get(), 0);
     }
 }
