@@ -364,7 +364,9 @@ async fn update_status(
         let api: Api<HcommGroup> = Api::namespaced(ctx.client.clone(), &namespace);
         version = status::write(&api, &group.name_any(), &next).await?;
     }
-    ctx.status_written.wrote(&uid, &next, version);
+    let cached_version = group.meta().resource_version.as_deref();
+    ctx.status_written
+        .wrote(&uid, &next, version, cached_version);
     events::publish(ctx, group, notes);
     Ok(())
 }

@@ -62,14 +62,24 @@ impl StatusWritten {
             .unwrap_or_default()
     }
 
-    /// `status` was written (answered at `resource_version`; `None`: found already there)
-    /// for the group `uid`.
-    pub fn wrote(&self, uid: &str, status: &HcommGroupStatus, resource_version: Option<String>) {
+    /// `status` is the group `uid`'s: written now (answered at `written`), or found already
+    /// there — in this process's last write, whose version it keeps, or else in the cached
+    /// object at `cached_version`.
+    pub fn wrote(
+        &self,
+        uid: &str,
+        status: &HcommGroupStatus,
+        written: Option<String>,
+        cached_version: Option<&str>,
+    ) {
         let mut all = self.lock();
-        // A round that found its status already there keeps the version of the write that
-        // put it there.
-        let resource_version =
-            resource_version.or_else(|| all.get(uid).and_then(|w| w.resource_version.clone()));
+        let last_write = all
+            .get(uid)
+            .filter(|w| w.status == *status)
+            .and_then(|w| w.resource_version.clone());
+        let resource_version = written
+            .or(last_write)
+            .or_else(|| cached_version.map(str::to_owned));
         all.insert(
             uid.to_owned(),
             Written {
@@ -109,10 +119,10 @@ mod tests {
                 .epoch
         };
         assert_eq!(latest(1, "5"), 1, "nothing written: the cache");
-        written.wrote("u", &epoch(2), Some("10".into()));
+        written.wrote("u", &epoch(2), Some("10".into()), Some("5"));
         assert_eq!(latest(1, "9"), 2, "the cache is behind the write");
         // Found already there: the version of the write that put it there still counts.
-        written.wrote("u", &epoch(2), None);
+        written.wrote("u", &epoch(2), None, Some("9"));
         assert_eq!(latest(1, "9"), 2);
         assert_eq!(latest(2, "10"), 2, "the cache shows the write");
         assert_eq!(
@@ -126,5 +136,15 @@ mod tests {
         );
         written.forget("u");
         assert_eq!(latest(1, "9"), 1, "forgotten: the cache again");
+    }
+
+    #[test]
+    fn a_status_found_in_the_cache_yields_to_a_later_change_by_someone_else() {
+        let written = StatusWritten::default();
+        // Just started: the cache at version 20 already holds what this round computed.
+        written.wrote("u", &epoch(3), None, Some("20"));
+        assert_eq!(written.latest("u", Some(&epoch(3)), Some("20")).epoch, 3);
+        // Someone edits the status: the cache shows it, and it is the one to put right.
+        assert_eq!(written.latest("u", Some(&epoch(9)), Some("21")).epoch, 9);
     }
 }
