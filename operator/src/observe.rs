@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hcomm_crds::contract::LABEL_GROUP;
-use hcomm_crds::{DeviceHealth, HcommGroup, HcommNode, LinkTestResult, MemberPhase};
+use hcomm_crds::{
+    DeviceHealth, HcommGroup, HcommGroupStatus, HcommNode, LinkTestResult, MemberPhase,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -244,7 +246,12 @@ fn arcs<K>(items: Vec<K>) -> Vec<Arc<K>> {
 /// Reads everything the planner needs about `group`: from the caches when `prepared` found
 /// them current, else listed. Call it with the placement lock held: the NPUs it counts
 /// include those assumed for other groups' joiners whose Pods the cache does not show yet.
-pub async fn fetch(ctx: &Context, group: &HcommGroup, prepared: Prepared) -> Result<Observed> {
+pub async fn fetch(
+    ctx: &Context,
+    group: &HcommGroup,
+    latest: &HcommGroupStatus,
+    prepared: Prepared,
+) -> Result<Observed> {
     let name = group.name_any();
     let namespace = group.namespace().unwrap_or_default();
     let caches = ctx.caches.get().filter(|_| prepared.cache_current);
@@ -286,7 +293,7 @@ pub async fn fetch(ctx: &Context, group: &HcommGroup, prepared: Prepared) -> Res
         nodes: hcomm_nodes().map(|n| inventory(n, &allocatable)).collect(),
         link_tests,
         published_at,
-        recorded: recorded(prepared.config_map.as_ref(), group),
+        recorded: recorded(prepared.config_map.as_ref(), Some(latest)),
         config_map: prepared.config_map,
         cordoned: crate::disruption::cordoned(snapshot.nodes.iter().map(AsRef::as_ref)),
     })
@@ -386,20 +393,18 @@ pub fn published_at<'a>(
 /// see the planned set as a change against the published one and bump the epoch again;
 /// taking the status' epoch with the ConfigMap's set would too. A crash between creating
 /// joiners and writing the status is covered by the joiners' epoch labels
-/// (`planner::epoch`).
-pub fn recorded(config_map: Option<&ConfigMap>, group: &HcommGroup) -> Recorded {
-    let planned = group
-        .status
-        .as_ref()
-        .map_or_else(Recorded::default, |s| Recorded {
-            epoch: s.epoch,
-            members: s
-                .members
-                .iter()
-                .filter(|m| !matches!(m.phase, MemberPhase::Draining | MemberPhase::Leaving))
-                .map(|m| m.name.clone())
-                .collect(),
-        });
+/// (`planner::epoch`). `status` is the group's latest (`crate::status_written`): this
+/// process's last write while the cached object does not show it yet.
+pub fn recorded(config_map: Option<&ConfigMap>, status: Option<&HcommGroupStatus>) -> Recorded {
+    let planned = status.map_or_else(Recorded::default, |s| Recorded {
+        epoch: s.epoch,
+        members: s
+            .members
+            .iter()
+            .filter(|m| !matches!(m.phase, MemberPhase::Draining | MemberPhase::Leaving))
+            .map(|m| m.name.clone())
+            .collect(),
+    });
     let Some(data) = config_map.and_then(|c| c.data.as_ref()) else {
         return planned;
     };
@@ -496,7 +501,8 @@ mod tests {
         let g = group(serde_json::json!({"epoch": 2, "members": [
             member("g-0-e1", "Ready"), member("g-1-e1", "Ready"), member("g-2-e2", "Pending"),
             member("g-3-e1", "Draining")]}));
-        let r = recorded(Some(&config_map(1, &["g-0-e1", "g-1-e1", "g-3-e1"])), &g);
+        let table = config_map(1, &["g-0-e1", "g-1-e1", "g-3-e1"]);
+        let r = recorded(Some(&table), g.status.as_ref());
         assert_eq!(r.epoch, 2);
         assert_eq!(r.members, set(&["g-0-e1", "g-1-e1", "g-2-e2"]));
     }
@@ -504,12 +510,12 @@ mod tests {
     #[test]
     fn a_published_table_is_the_record_once_it_caught_up_and_without_one_the_status_is() {
         let g = group(serde_json::json!({"epoch": 2, "members": [member("a", "Ready")]}));
-        let r = recorded(Some(&config_map(2, &["a", "b"])), &g);
+        let r = recorded(Some(&config_map(2, &["a", "b"])), g.status.as_ref());
         assert_eq!((r.epoch, r.members), (2, set(&["a", "b"])));
-        let r = recorded(None, &g);
+        let r = recorded(None, g.status.as_ref());
         assert_eq!((r.epoch, r.members), (2, set(&["a"])));
         let fresh = group(serde_json::json!(null));
-        assert_eq!(recorded(None, &fresh), Recorded::default());
+        assert_eq!(recorded(None, fresh.status.as_ref()), Recorded::default());
     }
 
     #[test]

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hcomm_crds::HcommGroup;
 use hcomm_crds::conditions::{ConditionStatus, set_condition};
 use hcomm_crds::contract::GroupConditionType;
+use hcomm_crds::{HcommGroup, HcommGroupStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, Patch, PatchParams};
@@ -100,10 +100,17 @@ async fn pipeline(
         ctx.budget_ensured.done(&uid, checked_at);
     }
     let prepared = observe::prepare(ctx, group, own_writes).await?;
+    // The group's status as this process last wrote it, while the cached object lags
+    // that write (`crate::status_written`): what planning and the next status start from.
+    let latest = ctx.status_written.latest(
+        &uid,
+        group.status.as_ref(),
+        group.meta().resource_version.as_deref(),
+    );
     // From reading every group's NPUs to assuming this plan's joiners on their nodes
     // (`crate::cache`): no API call in between when the caches are current.
     let placement = ctx.placement.lock().await;
-    let observed = observe::fetch(ctx, group, prepared).await?;
+    let observed = observe::fetch(ctx, group, &latest, prepared).await?;
     let now = Timestamp::now();
     // Links are assessed once per reconcile; the decisions and the status both read it.
     let links = assess_links(&observed, ctx.links, now);
@@ -152,6 +159,7 @@ async fn pipeline(
     update_status(
         ctx,
         group,
+        &latest,
         &observed,
         &members,
         &plan,
@@ -297,6 +305,7 @@ pub fn rollout_settings(group: &HcommGroup) -> rollout::Settings {
 async fn update_status(
     ctx: &Context,
     group: &HcommGroup,
+    previous: &HcommGroupStatus,
     observed: &Observed,
     members: &[ObservedMember],
     plan: &Plan,
@@ -307,14 +316,9 @@ async fn update_status(
     now: Timestamp,
 ) -> Result<()> {
     let uid = group.meta().uid.clone().unwrap_or_default();
-    let previous = ctx.status_written.latest(
-        &uid,
-        group.status.as_ref(),
-        group.meta().resource_version.as_deref(),
-    );
     let mut next = status::build(status::StatusInput {
         group,
-        previous: &previous,
+        previous,
         members,
         plan,
         outcome,
@@ -358,9 +362,9 @@ async fn update_status(
             ctx.metrics.scale_to_ready.observe(seconds);
         }
     }
-    let notes = events::for_round(&previous, &next, outcome);
+    let notes = events::for_round(previous, &next, outcome);
     let mut version = None;
-    if previous != next {
+    if *previous != next {
         let api: Api<HcommGroup> = Api::namespaced(ctx.client.clone(), &namespace);
         version = status::write(&api, &group.name_any(), &next).await?;
     }
