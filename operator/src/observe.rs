@@ -17,7 +17,6 @@ use hcomm_crds::{
     DeviceHealth, HcommGroup, HcommGroupStatus, HcommNode, LinkTestResult, MemberPhase,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
@@ -326,14 +325,9 @@ pub fn allocatable<'a>(
         .into_iter()
         .filter_map(|n| {
             let q = n.status.as_ref()?.allocatable.as_ref()?.get(resource)?;
-            Some((n.name_any(), count(q)?))
+            Some((n.name_any(), crate::pod_index::count(q)?))
         })
         .collect()
-}
-
-/// A whole-number quantity (extended resources are integers).
-fn count(q: &Quantity) -> Option<u32> {
-    q.0.trim().parse().ok()
 }
 
 /// The planner's view of an `HcommNode`, with the allocatable NPUs of its Kubernetes Node.

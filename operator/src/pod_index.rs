@@ -21,6 +21,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 use hcomm_crds::HcommGroup;
 use hcomm_crds::contract::{LABEL_GROUP, LABEL_MANAGED_BY, MANAGER_NAME};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::Resource;
 use kube::runtime::watcher;
 
@@ -175,38 +176,32 @@ impl Claim {
         }
         let spec = pod.spec.as_ref()?;
         let node = crate::affinity::node_of(spec)?;
-        let resources: BTreeSet<&String> = spec
-            .containers
-            .iter()
-            .filter_map(|c| c.resources.as_ref())
-            .flat_map(|r| {
-                r.requests
-                    .iter()
-                    .chain(r.limits.iter())
-                    .flat_map(|m| m.keys())
-            })
-            .collect();
-        let npus = resources
-            .into_iter()
-            .filter_map(|resource| {
-                let n: u32 = spec
-                    .containers
-                    .iter()
-                    .filter_map(|c| {
-                        let r = c.resources.as_ref()?;
-                        let q = r
-                            .requests
-                            .as_ref()
-                            .and_then(|m| m.get(resource))
-                            .or_else(|| r.limits.as_ref().and_then(|m| m.get(resource)))?;
-                        q.0.trim().parse::<u32>().ok()
-                    })
-                    .sum();
-                (n > 0).then(|| (resource.clone(), n))
-            })
-            .collect();
+        // Per container, each resource's request, else its limit.
+        let mut held: BTreeMap<String, u32> = BTreeMap::new();
+        for r in spec.containers.iter().filter_map(|c| c.resources.as_ref()) {
+            let (requests, limits) = (r.requests.as_ref(), r.limits.as_ref());
+            let named: BTreeSet<&String> = requests
+                .into_iter()
+                .chain(limits)
+                .flat_map(|m| m.keys())
+                .collect();
+            for resource in named {
+                let quantity = requests
+                    .and_then(|m| m.get(resource))
+                    .or_else(|| limits.and_then(|m| m.get(resource)));
+                if let Some(n) = quantity.and_then(count) {
+                    *held.entry(resource.clone()).or_default() += n;
+                }
+            }
+        }
+        let npus = held.into_iter().filter(|(_, n)| *n > 0).collect();
         Some(Claim { owner, node, npus })
     }
+}
+
+/// A whole-number quantity (extended resources are integers).
+pub fn count(q: &Quantity) -> Option<u32> {
+    q.0.trim().parse().ok()
 }
 
 /// The group `pod` is a member Pod of, if it carries the marks of one: labelled as managed
@@ -284,10 +279,7 @@ impl Writer {
             watcher::Event::InitApply(pod) => {
                 self.relist.get_or_insert_with(Index::default).insert(pod);
             }
-            watcher::Event::InitDone => {
-                let relisted = self.relist.take().unwrap_or_default();
-                *self.index.0.write().unwrap_or_else(|p| p.into_inner()) = relisted;
-            }
+            watcher::Event::InitDone => *write() = self.relist.take().unwrap_or_default(),
         }
     }
 }

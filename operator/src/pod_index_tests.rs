@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use hcomm_crds::contract::ANNOTATION_DEVICES;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::runtime::watcher::Event;
 
 use super::*;
@@ -182,4 +183,20 @@ fn a_group_that_is_gone_holds_nothing_and_another_groups_pods_are_not_its_member
     assert_eq!(reading(&index).1, BTreeMap::from([("n1".into(), 2)]));
     assert_eq!(index.read().names("ai", "old"), vec!["old-a".to_owned()]);
     assert!(index.read().names("other", "decode").is_empty());
+}
+
+#[test]
+fn each_containers_request_counts_else_its_limit() {
+    let mut p = named(pod("ai", "decode", "uid-decode", "n1", 2), "decode-a");
+    let spec = p.spec.as_mut().unwrap();
+    let mut sidecar = spec.containers[0].clone();
+    sidecar.name = "sidecar".into();
+    let resources = sidecar.resources.as_mut().unwrap();
+    resources.requests = None; // only a limit: it counts
+    resources.limits = Some(BTreeMap::from([(NPU.into(), Quantity("3".into()))]));
+    spec.containers.push(sidecar);
+    assert_eq!(
+        reading(&PodIndex::of([&p])).1,
+        BTreeMap::from([("n1".into(), 5)])
+    );
 }

@@ -159,6 +159,7 @@ async fn pipeline(
     update_status(
         ctx,
         group,
+        &uid,
         &latest,
         &observed,
         &members,
@@ -305,6 +306,7 @@ pub fn rollout_settings(group: &HcommGroup) -> rollout::Settings {
 async fn update_status(
     ctx: &Context,
     group: &HcommGroup,
+    uid: &str,
     previous: &HcommGroupStatus,
     observed: &Observed,
     members: &[ObservedMember],
@@ -315,7 +317,6 @@ async fn update_status(
     pod_group: &podgroup::PodGroupOutcome,
     now: Timestamp,
 ) -> Result<()> {
-    let uid = group.meta().uid.clone().unwrap_or_default();
     let mut next = status::build(status::StatusInput {
         group,
         previous,
@@ -370,7 +371,7 @@ async fn update_status(
     }
     let cached_version = group.meta().resource_version.as_deref();
     ctx.status_written
-        .wrote(&uid, &next, version, cached_version);
+        .wrote(uid, &next, version, cached_version);
     events::publish(ctx, group, notes);
     Ok(())
 }
