@@ -9,8 +9,9 @@ fn run_weights(w: &WeightsCommand) -> hcomm_agent::weights::Result<String> {
         WeightsCommand::Manifest {
             dir,
             chunk_size,
+            chunk_hash,
             json,
-        } => tool::manifest(dir, *chunk_size, *json),
+        } => tool::manifest(dir, *chunk_size, *chunk_hash, *json),
         WeightsCommand::Generate { dir, .. } => {
             let spec = w.generate_spec().expect("generate has a spec");
             tool::generate_set(dir, &spec)

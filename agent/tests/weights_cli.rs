@@ -7,7 +7,7 @@ mod weights_support;
 
 use std::process::Command;
 
-use hcomm_agent::weights::{DEFAULT_CHUNK_SIZE, Digest, manifest_digest};
+use hcomm_agent::weights::{ChunkHash, DEFAULT_CHUNK_SIZE, Digest, Manifest, manifest_digest};
 use weights_support::TempDir;
 
 fn agent(args: &[&str]) -> String {
@@ -78,6 +78,25 @@ fn generated_sets_have_stable_digests_that_manifest_prints() {
         "1MiB",
     ]);
     assert_ne!(small, da);
+    // BLAKE3 chunks by default (a v2 manifest); sha256 gives the v1 manifest and digest
+    // that versions before BLAKE3 printed for the same directory.
+    assert_eq!(v["format"], "hcomm-weights/v2");
+    assert_eq!(v["chunk_hash"], "blake3");
+    let v1 = agent(&[
+        "weights",
+        "manifest",
+        &a.display().to_string(),
+        "--chunk-hash",
+        "sha256",
+    ]);
+    assert_ne!(v1, da);
+    assert_eq!(
+        v1.trim(),
+        Manifest::build_with(&a, DEFAULT_CHUNK_SIZE, ChunkHash::Sha256)
+            .unwrap()
+            .digest()
+            .to_string()
+    );
 
     // Generating into a non-empty directory is refused (foreign files would enter the set).
     let out = Command::new(env!("CARGO_BIN_EXE_hcomm-agent"))

@@ -6,7 +6,7 @@ mod weights_support;
 
 use std::os::unix::fs::PermissionsExt;
 
-use hcomm_agent::weights::{Manifest, WeightStore, WeightsError, manifest_digest};
+use hcomm_agent::weights::{ChunkHash, Manifest, WeightStore, WeightsError, manifest_digest};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use weights_support::*;
 
@@ -121,4 +121,22 @@ fn first_members_refuse_a_source_directory_that_does_not_match_the_digest() {
     // A reopened store knows the installed set.
     let again = WeightStore::open(root.path()).unwrap();
     assert!(again.is_complete(&good));
+}
+
+/// A digest says nothing of how its chunks were hashed: the first members' import
+/// accepts a SHA-256 (v1) digest, as every version before BLAKE3 printed, and a BLAKE3
+/// (v2) one for the same directory, and each installs the manifest that hashes to it.
+#[test]
+fn first_members_import_a_source_under_either_chunk_hash() {
+    let src = TempDir::new("m-hash-src");
+    generate_set(src.path(), 2, 5);
+    for hash in ChunkHash::ALL {
+        let root = TempDir::new(&format!("m-hash-{hash}"));
+        let want = Manifest::build_with(src.path(), CHUNK, hash).unwrap();
+        let store = WeightStore::open(root.path()).unwrap();
+        store.import_dir(src.path(), &want.digest(), CHUNK).unwrap();
+        assert_installed(&store, want.digest());
+        let bytes = store.manifest_bytes(&want.digest()).unwrap();
+        assert_eq!(Manifest::parse(&bytes).unwrap().chunk_hash(), hash);
+    }
 }

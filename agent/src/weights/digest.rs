@@ -1,7 +1,10 @@
-//! SHA-256 digests as values: chunk ids, manifest ids. Written `sha256:<64 hex>` (the form
-//! of `HcommGroup.spec.weights.digest`); chunks appear in manifests as bare hex.
+//! Digests as values: chunk ids, manifest ids. A manifest id is always SHA-256, written
+//! `sha256:<64 hex>` (the form of `HcommGroup.spec.weights.digest`); chunk ids are 32-byte
+//! digests under the hash the manifest names ([`ChunkHash`]) and appear in manifests as
+//! bare hex.
 
 use std::fmt;
+use std::str::FromStr;
 
 use sha2::{Digest as _, Sha256};
 
@@ -19,7 +22,7 @@ pub struct DigestError(pub String);
 pub struct Digest(pub [u8; 32]);
 
 impl Digest {
-    /// SHA-256 of `data`.
+    /// SHA-256 of `data` (manifest ids; chunk ids come from [`ChunkHash::digest`]).
     pub fn of(data: &[u8]) -> Digest {
         Digest(Sha256::digest(data).into())
     }
@@ -39,6 +42,61 @@ impl Digest {
         }
         hex::decode_to_slice(s, &mut out).map_err(|e| DigestError(format!("digest {s:?}: {e}")))?;
         Ok(Digest(out))
+    }
+}
+
+/// How a set's chunks are hashed, named by its manifest. Every joiner hashes every byte it
+/// receives, so this is the joiner's largest single CPU cost per byte: SHA-256 took 1.0
+/// CPU-s per GiB on the x86-64 VM of docs/benchmarks.md (SHA-NI), BLAKE3 0.3. Version 1
+/// manifests, and every digest computed before BLAKE3 was added, use SHA-256; an agent
+/// importing a source tries both, so those digests stay valid.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ChunkHash {
+    /// SHA-256, the hash of `hcomm-weights/v1` manifests.
+    Sha256,
+    /// BLAKE3 (256-bit output), what `hcomm-agent weights manifest` uses unless told.
+    #[default]
+    Blake3,
+}
+
+impl ChunkHash {
+    /// Every hash an agent can verify, the default first.
+    pub const ALL: [ChunkHash; 2] = [ChunkHash::Blake3, ChunkHash::Sha256];
+
+    /// The digest of one chunk's bytes.
+    pub fn digest(self, data: &[u8]) -> Digest {
+        match self {
+            ChunkHash::Sha256 => Digest::of(data),
+            ChunkHash::Blake3 => Digest(*blake3::hash(data).as_bytes()),
+        }
+    }
+
+    /// The name used in manifests and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChunkHash::Sha256 => "sha256",
+            ChunkHash::Blake3 => "blake3",
+        }
+    }
+}
+
+impl fmt::Display for ChunkHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ChunkHash {
+    type Err = DigestError;
+
+    fn from_str(s: &str) -> Result<ChunkHash, DigestError> {
+        ChunkHash::ALL
+            .into_iter()
+            .find(|h| h.name() == s)
+            .ok_or_else(|| DigestError(format!("chunk hash {s:?} is not sha256 or blake3")))
     }
 }
 
@@ -86,5 +144,24 @@ mod tests {
                 .parse::<Digest>()
                 .is_err()
         );
+    }
+
+    #[test]
+    fn chunk_hashes_are_the_published_functions_and_parse_by_name() {
+        // BLAKE3's published digest of the empty input, and SHA-256's.
+        assert_eq!(
+            ChunkHash::Blake3.digest(b"").hex(),
+            "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
+        );
+        assert_eq!(
+            ChunkHash::Sha256.digest(b"").hex(),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        for h in ChunkHash::ALL {
+            assert_eq!(h.name().parse::<ChunkHash>().unwrap(), h);
+        }
+        assert_eq!(ChunkHash::default(), ChunkHash::Blake3);
+        let e = "md5".parse::<ChunkHash>().unwrap_err().to_string();
+        assert!(e.contains("md5") && e.contains("blake3"), "{e}");
     }
 }

@@ -1,8 +1,15 @@
 //! The manifest: what a weights set is. Files (relative path, size, mode) and, per file, the
-//! ordered SHA-256 digests of its fixed-size chunks (the last chunk of a file may be short;
-//! chunks never span files). Its canonical serialization — compact JSON, fields in a fixed
-//! order, files sorted by path — hashes to THE digest users put in
-//! `HcommGroup.spec.weights.digest`, so the digest pins every byte of every file.
+//! ordered digests of its fixed-size chunks (the last chunk of a file may be short; chunks
+//! never span files) under the set's [`ChunkHash`]. Its canonical serialization — compact
+//! JSON, fields in a fixed order, files sorted by path — hashes (SHA-256) to THE digest
+//! users put in `HcommGroup.spec.weights.digest`, so the digest pins every byte of every
+//! file.
+//!
+//! Two formats: `hcomm-weights/v1` has SHA-256 chunks and no `chunk_hash` field (every
+//! digest computed before BLAKE3 was added); `hcomm-weights/v2` names its chunk hash in
+//! `chunk_hash`, which follows `format` (`{"format":"hcomm-weights/v2","chunk_hash":
+//! "blake3","chunk_size":…,"files":[…]}`) and is never `sha256` (that set is a v1 one, so
+//! one directory has one digest per chunk hash). An agent refuses any other format by name.
 //!
 //! Data flow: `Manifest::build` on the first members' source directory → digest checked
 //! against the spec → the [`ChunkTable`] (unique chunks, where each one lands) drives the
@@ -16,11 +23,13 @@ use std::path::{Component, Path};
 
 use serde::{Deserialize, Serialize};
 
-use super::digest::Digest;
+use super::digest::{ChunkHash, Digest};
 use super::error::{Result, WeightsError, io_at};
 
-/// The `format` field of every manifest this code writes and accepts.
-pub const MANIFEST_FORMAT: &str = "hcomm-weights/v1";
+/// The `format` of a manifest with SHA-256 chunks and no `chunk_hash` field.
+pub const MANIFEST_FORMAT_V1: &str = "hcomm-weights/v1";
+/// The `format` of a manifest that names its chunk hash (`chunk_hash`).
+pub const MANIFEST_FORMAT_V2: &str = "hcomm-weights/v2";
 /// Default chunk size: 4 MiB (big enough to keep pipes full, small enough to stripe).
 pub const DEFAULT_CHUNK_SIZE: u64 = 4 << 20;
 /// Smallest accepted chunk size.
@@ -45,12 +54,16 @@ pub struct FileEntry {
     pub chunks: Vec<Digest>,
 }
 
-/// A weights set: chunk size and files sorted by path.
+/// A weights set: chunk hash, chunk size and files sorted by path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
-    /// Always [`MANIFEST_FORMAT`].
+    /// [`MANIFEST_FORMAT_V1`] or [`MANIFEST_FORMAT_V2`].
     pub format: String,
+    /// The chunk hash of a v2 manifest (absent in v1: SHA-256). Read it with
+    /// [`Manifest::chunk_hash`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    chunk_hash: Option<ChunkHash>,
     /// Chunk size in bytes.
     pub chunk_size: u64,
     /// The files, sorted by path (byte order), unique.
@@ -78,21 +91,37 @@ mod hex_digests {
 }
 
 impl Manifest {
-    /// Describes the directory `dir` (recursively) with chunks of `chunk_size` bytes.
-    /// Refuses symlinks, special files and non-UTF-8 names: a weights set is plain files.
-    /// Blocking (reads and hashes everything): call it from `spawn_blocking` in async code.
+    /// Describes the directory `dir` (recursively) with chunks of `chunk_size` bytes
+    /// hashed with the default [`ChunkHash`]. Refuses symlinks, special files and non-UTF-8
+    /// names: a weights set is plain files. Blocking (reads and hashes everything): call it
+    /// from `spawn_blocking` in async code.
     pub fn build(dir: &Path, chunk_size: u64) -> Result<Manifest> {
+        Self::build_with(dir, chunk_size, ChunkHash::default())
+    }
+
+    /// [`Manifest::build`] with chunks hashed by `hash`.
+    pub fn build_with(dir: &Path, chunk_size: u64, hash: ChunkHash) -> Result<Manifest> {
+        let mut one = Self::build_each(dir, chunk_size, &[hash])?;
+        Ok(one.pop().expect("one manifest per hash"))
+    }
+
+    /// The manifests of `dir` under each of `hashes`, in that order, from one read of
+    /// the files: what an import checks a digest of unknown chunk hash against.
+    pub fn build_each(dir: &Path, chunk_size: u64, hashes: &[ChunkHash]) -> Result<Vec<Manifest>> {
         check_chunk_size(chunk_size)?;
         let mut paths = Vec::new();
         walk(dir, dir, &mut paths)?;
         paths.sort();
         let mut buf = vec![0u8; chunk_size as usize];
-        let mut files = Vec::with_capacity(paths.len());
+        let mut out: Vec<Manifest> = hashes
+            .iter()
+            .map(|&h| Manifest::empty(h, chunk_size, paths.len()))
+            .collect();
         for rel in paths {
             let full = dir.join(&rel);
             let mut f = fs::File::open(&full).map_err(io_at("open", &full))?;
             let meta = f.metadata().map_err(io_at("stat", &full))?;
-            let mut chunks = Vec::new();
+            let mut chunks = vec![Vec::new(); hashes.len()];
             let mut size = 0u64;
             loop {
                 let n = read_full(&mut f, &mut buf).map_err(io_at("read", &full))?;
@@ -100,23 +129,42 @@ impl Manifest {
                     break;
                 }
                 size += n as u64;
-                chunks.push(Digest::of(&buf[..n]));
+                for (list, h) in chunks.iter_mut().zip(hashes) {
+                    list.push(h.digest(&buf[..n]));
+                }
                 if n < buf.len() {
                     break;
                 }
             }
-            files.push(FileEntry {
-                path: rel,
-                size,
-                mode: meta.permissions().mode() & 0o7777,
-                chunks,
-            });
+            for (m, chunks) in out.iter_mut().zip(chunks) {
+                m.files.push(FileEntry {
+                    path: rel.clone(),
+                    size,
+                    mode: meta.permissions().mode() & 0o7777,
+                    chunks,
+                });
+            }
         }
-        Ok(Manifest {
-            format: MANIFEST_FORMAT.into(),
+        Ok(out)
+    }
+
+    /// A manifest without files in the format `hash` calls for.
+    fn empty(hash: ChunkHash, chunk_size: u64, capacity: usize) -> Manifest {
+        let (format, chunk_hash) = match hash {
+            ChunkHash::Sha256 => (MANIFEST_FORMAT_V1, None),
+            other => (MANIFEST_FORMAT_V2, Some(other)),
+        };
+        Manifest {
+            format: format.into(),
+            chunk_hash,
             chunk_size,
-            files,
-        })
+            files: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// How this set's chunks are hashed.
+    pub fn chunk_hash(&self) -> ChunkHash {
+        self.chunk_hash.unwrap_or(ChunkHash::Sha256)
     }
 
     /// The canonical serialization: compact JSON, struct field order, files as stored
@@ -152,11 +200,24 @@ impl Manifest {
 
     /// Checks the invariants `build` guarantees.
     pub fn validate(&self) -> Result<()> {
-        if self.format != MANIFEST_FORMAT {
-            return Err(WeightsError::Invalid(format!(
-                "manifest format {:?}, expected {MANIFEST_FORMAT:?}",
-                self.format
-            )));
+        match (self.format.as_str(), self.chunk_hash) {
+            (MANIFEST_FORMAT_V1, None) | (MANIFEST_FORMAT_V2, Some(ChunkHash::Blake3)) => {}
+            (MANIFEST_FORMAT_V1, Some(h)) => {
+                return Err(WeightsError::Invalid(format!(
+                    "{MANIFEST_FORMAT_V1} manifests have SHA-256 chunks and no chunk_hash (found {h})"
+                )));
+            }
+            (MANIFEST_FORMAT_V2, h) => {
+                return Err(WeightsError::Invalid(format!(
+                    "{MANIFEST_FORMAT_V2} manifests name a chunk_hash other than sha256 (found {}); SHA-256 sets are {MANIFEST_FORMAT_V1}",
+                    h.map_or("none".to_string(), |h| h.to_string())
+                )));
+            }
+            (other, _) => {
+                return Err(WeightsError::Invalid(format!(
+                    "manifest format {other:?}, expected {MANIFEST_FORMAT_V1:?} or {MANIFEST_FORMAT_V2:?} (the formats this agent reads)"
+                )));
+            }
         }
         check_chunk_size(self.chunk_size)?;
         let mut lens: HashMap<Digest, u64> = HashMap::new();
@@ -321,59 +382,5 @@ fn read_full(f: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn manifest(files: Vec<(&str, u64)>) -> Manifest {
-        Manifest {
-            format: MANIFEST_FORMAT.into(),
-            chunk_size: MIN_CHUNK_SIZE,
-            files: files
-                .into_iter()
-                .map(|(p, size)| FileEntry {
-                    path: p.into(),
-                    size,
-                    mode: 0o644,
-                    chunks: (0..size.div_ceil(MIN_CHUNK_SIZE))
-                        .map(|i| Digest::of(format!("{p}{i}").as_bytes()))
-                        .collect(),
-                })
-                .collect(),
-        }
-    }
-
-    #[test]
-    fn canonical_bytes_parse_back_and_other_forms_are_refused() {
-        let m = manifest(vec![("a", 10), ("b/c", 3 * MIN_CHUNK_SIZE + 1)]);
-        let bytes = m.canonical_bytes();
-        assert_eq!(Manifest::parse(&bytes).unwrap(), m);
-        let pretty = serde_json::to_vec_pretty(&m).unwrap();
-        assert!(Manifest::parse(&pretty).is_err());
-    }
-
-    #[test]
-    fn unsorted_files_unsafe_paths_and_wrong_chunk_counts_are_refused() {
-        assert!(manifest(vec![("b", 1), ("a", 1)]).validate().is_err());
-        assert!(manifest(vec![("a", 1), ("a", 1)]).validate().is_err());
-        for p in ["../x", "/abs", "a//b", "a/./b", "a/../b", ""] {
-            assert!(manifest(vec![(p, 1)]).validate().is_err(), "{p}");
-        }
-        let mut m = manifest(vec![("a", 1)]);
-        m.files[0].size = MIN_CHUNK_SIZE + 1;
-        assert!(m.validate().is_err());
-        let mut m = manifest(vec![("a", MIN_CHUNK_SIZE), ("b", 5)]);
-        m.files[1].chunks[0] = m.files[0].chunks[0];
-        assert!(m.validate().is_err(), "same digest, different lengths");
-    }
-
-    #[test]
-    fn the_chunk_table_deduplicates_and_records_every_place() {
-        let mut m = manifest(vec![("a", 2 * MIN_CHUNK_SIZE), ("b", MIN_CHUNK_SIZE + 5)]);
-        m.files[1].chunks[0] = m.files[0].chunks[1];
-        let t = ChunkTable::new(&m);
-        assert_eq!(t.len(), 3);
-        assert_eq!(t.chunks[1].places, vec![(0, MIN_CHUNK_SIZE), (1, 0)]);
-        assert_eq!(t.chunks[2].len, 5);
-        assert_eq!(t.unique_bytes(), 2 * MIN_CHUNK_SIZE + 5);
-    }
-}
+#[path = "manifest_tests.rs"]
+mod tests;

@@ -83,7 +83,7 @@ use std::path::Path;
 
 pub use auth::{Authority, Grant, GroupId, GroupSecret, SharedSecret};
 pub use bitset::ChunkBits;
-pub use digest::Digest;
+pub use digest::{ChunkHash, Digest};
 pub use error::{Result, SourceFailure, Subject, WeightsError};
 pub use fetch::{FetchReport, FetchRequest, Timeouts, fetch};
 pub use link::{CURRENT_LINK, CurrentLink};

@@ -115,6 +115,7 @@ mod tests {
             len,
             set: Digest::of(b"set"),
             index: 0,
+            hash: Default::default(),
         }
     }
 

@@ -387,7 +387,7 @@ async fn load(
                     return Ok((Body::File(ChunkFile::open(&loc)?), true));
                 }
                 let data = read_chunk(&loc)?;
-                let ok = Digest::of(&data) == chunk;
+                let ok = loc.hash.digest(&data) == chunk;
                 Ok::<_, std::io::Error>((Body::Read(data), ok))
             })
             .await
@@ -472,7 +472,7 @@ mod tests {
         let got_chunk = |r: Response, want: &Digest| match r {
             Response::Chunk { chunk, data } => {
                 assert_eq!(&chunk, want);
-                assert_eq!(Digest::of(&data), *want);
+                assert_eq!(crate::weights::ChunkHash::default().digest(&data), *want);
             }
             other => panic!("expected chunk {want}, got {other:?}"),
         };

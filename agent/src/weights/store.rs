@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::bitset::ChunkBits;
-use super::digest::Digest;
+use super::digest::{ChunkHash, Digest};
 use super::error::{Result, WeightsError, io_at};
 use super::link::{CURRENT_LINK, CurrentLink, GROUPS_DIR};
 use super::source::SourceDir;
@@ -89,6 +89,8 @@ pub struct ChunkLocation {
     pub len: u64,
     pub set: Digest,
     pub index: usize,
+    /// How the chunk's digest is computed (its set's chunk hash).
+    pub hash: ChunkHash,
 }
 
 impl WeightStore {
@@ -284,6 +286,7 @@ impl WeightStore {
                 len: info.len,
                 set: s.digest,
                 index,
+                hash: s.manifest.chunk_hash(),
             })
         })
     }

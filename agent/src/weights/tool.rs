@@ -5,14 +5,14 @@
 
 use std::path::Path;
 
-use super::Manifest;
 use super::error::Result;
 use super::generate::{GenerateSpec, generate};
+use super::{ChunkHash, Manifest};
 
 /// `weights manifest`: `sha256:<hex>` plus a newline, or with `json` the canonical
 /// manifest (its SHA-256 is the digest) plus a newline.
-pub fn manifest(dir: &Path, chunk_size: u64, json: bool) -> Result<String> {
-    let m = Manifest::build(dir, chunk_size)?;
+pub fn manifest(dir: &Path, chunk_size: u64, hash: ChunkHash, json: bool) -> Result<String> {
+    let m = Manifest::build_with(dir, chunk_size, hash)?;
     Ok(if json {
         let mut s = String::from_utf8(m.canonical_bytes()).expect("JSON is UTF-8");
         s.push('\n');

@@ -186,7 +186,7 @@ impl Accepting {
         let set = ctx.set.clone();
         let len = data.len() as u64;
         let task = tokio::task::spawn_blocking(move || {
-            let actual = Digest::of(&data);
+            let actual = set.manifest.chunk_hash().digest(&data);
             if actual != info.digest || data.len() as u64 != info.len {
                 return Ok(Err(actual));
             }

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::WeightStore;
 use super::disk::open_staging_files;
 use crate::weights::bitset::ChunkBits;
-use crate::weights::digest::Digest;
+use crate::weights::digest::{ChunkHash, Digest};
 use crate::weights::error::{Result, Subject, WeightsError, io_at};
 use crate::weights::manifest::{ChunkTable, Manifest};
 use crate::weights::source::{SourceDir, SourceEntry};
@@ -68,21 +68,26 @@ impl WeightStore {
         ));
         let mut cleanup = Cleanup(Some(staging.clone()));
         let modes = copy_source(source, &staging)?;
-        let mut manifest = Manifest::build(&staging, chunk_size)?;
-        for f in &mut manifest.files {
-            f.mode = *modes.get(&f.path).ok_or_else(|| {
-                WeightsError::Invalid(format!("{} was not copied from the source", f.path))
-            })?;
+        // The digest does not say how its chunks were hashed: the copy is hashed under
+        // every chunk hash in its one read, and the manifest that hashes to it is the set.
+        let mut candidates = Manifest::build_each(&staging, chunk_size, &ChunkHash::ALL)?;
+        for manifest in &mut candidates {
+            for f in &mut manifest.files {
+                f.mode = *modes.get(&f.path).ok_or_else(|| {
+                    WeightsError::Invalid(format!("{} was not copied from the source", f.path))
+                })?;
+            }
         }
-        let actual = manifest.digest();
-        if actual != *expected {
+        let Some(at) = candidates.iter().position(|m| m.digest() == *expected) else {
             return Err(WeightsError::DigestMismatch {
                 subject: Subject::Manifest,
                 peer: None,
                 expected: *expected,
-                actual,
+                // What `hcomm-agent weights manifest` prints for the copy.
+                actual: candidates[0].digest(),
             });
-        }
+        };
+        let manifest = candidates.swap_remove(at);
         // A damaged copy of this set (a chunk found corrupt) is replaced whole.
         self.discard_version(expected)?;
         let bytes = manifest.canonical_bytes();

@@ -145,7 +145,7 @@ impl WeightSet {
         let mut buf = vec![0u8; info.len as usize];
         f.read_exact_at(&mut buf, offset)
             .map_err(io_at("read", &path))?;
-        if Digest::of(&buf) != info.digest {
+        if self.manifest.chunk_hash().digest(&buf) != info.digest {
             return Ok(false);
         }
         // Duplicates of this chunk elsewhere may not have been written yet.

@@ -40,7 +40,8 @@ pub fn load(path: Option<&Path>) -> Result<LoadedWeights> {
     // the digest from there costs nothing, so the worker is serving the moment the agent
     // says the weights are ready (the agent turns the readiness gate True right after).
     // Anywhere else, hash the set as `spec.weights.digest` is defined: SHA-256 of the
-    // canonical manifest built with the default chunk size.
+    // canonical manifest built with the default chunk size and chunk hash (a set digested
+    // with `--chunk-hash sha256` then reports another digest than its spec's).
     let digest = match content_address(&real) {
         Some(hex) => format!("sha256:{hex}"),
         None => manifest_digest(&real, DEFAULT_CHUNK_SIZE)
