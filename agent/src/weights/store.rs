@@ -46,6 +46,7 @@ use super::error::{Result, WeightsError, io_at};
 use super::link::{CURRENT_LINK, CurrentLink, GROUPS_DIR};
 use super::source::SourceDir;
 
+mod direct;
 mod disk;
 mod import;
 mod partial;

@@ -100,22 +100,25 @@ pub(super) struct SetState {
     pub(super) complete: bool,
     /// Open staging files (index = manifest file index), for positional writes.
     pub(super) files: Vec<Arc<File>>,
+    /// The same files opened `O_DIRECT` while a fetch writes them (`None` where refused;
+    /// empty when not fetching): see [`super::direct`].
+    pub(super) direct: Vec<Option<Arc<File>>>,
 }
 
 impl WeightSet {
     /// Writes a verified chunk at every place it occurs, then marks it held. Blocking.
     pub(crate) fn write_chunk(&self, index: usize, data: &[u8]) -> Result<()> {
-        let (files, dir) = {
+        let (files, direct, dir) = {
             let st = self.state.lock().expect("set lock");
             if st.complete || st.verified.get(index) {
                 return Ok(());
             }
-            (st.files.clone(), st.dir.clone())
+            (st.files.clone(), st.direct.clone(), st.dir.clone())
         };
         let places = &self.table.chunks[index].places;
         for &(file, offset) in places {
-            files[file]
-                .write_all_at(data, offset)
+            let direct = direct.get(file).and_then(|d| d.as_deref());
+            super::direct::write_at(&files[file], direct, data, offset)
                 .map_err(io_at("write", &dir.join(&self.manifest.files[file].path)))?;
         }
         self.flush.wrote((data.len() * places.len()) as u64, &files);

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::WeightStore;
+use super::direct;
 use super::disk::{open_staging_files, plain_tree, sync_dir, sync_tree_dirs, write_synced};
 use super::set::{SetState, WeightSet, installed_mode};
 use crate::weights::bitset::ChunkBits;
@@ -41,6 +42,7 @@ impl WeightStore {
                 dir,
                 complete,
                 files,
+                direct: Vec::new(),
             }),
             flush: Arc::default(),
         });
@@ -96,6 +98,7 @@ impl WeightStore {
                         .map_err(io_at("chmod", &path))?;
                 }
                 st.files = open_staging_files(&st.dir, &set.manifest)?;
+                st.direct = direct::open_all(&st.dir, &set.manifest);
             }
             let have = st.verified.count();
             drop(st);
@@ -115,7 +118,9 @@ impl WeightStore {
         let staging = self.staging_dir(&digest);
         let resuming = staging.is_dir();
         let files = open_staging_files(&staging, &manifest)?;
+        let direct = direct::open_all(&staging, &manifest);
         let set = self.register(digest, manifest, bytes, false, staging, files);
+        set.state.lock().expect("set lock").direct = direct;
         let mut have = 0;
         if resuming {
             for index in 0..set.table.len() {
@@ -170,6 +175,7 @@ impl WeightStore {
         st.dir = version.clone();
         st.complete = true;
         st.files.clear();
+        st.direct.clear();
         Ok(version)
     }
 }
