@@ -94,10 +94,15 @@ pub async fn run(config: Config) -> Result<()> {
         &config.lease_name,
         &config.identity,
     );
-    let result = tokio::select! {
-        () = shutdown_signal() => Ok(()),
-        result = lead(client, &config, metrics.clone(), &readiness, &elector) => result,
-    };
+    let result = lead(
+        client,
+        &config,
+        metrics.clone(),
+        &readiness,
+        &elector,
+        shutdown_signal(),
+    )
+    .await;
     metrics.leader.set(0);
     readiness.set(Role::Starting);
     elector.release().await;
@@ -121,16 +126,52 @@ async fn timed_client(metrics: &Metrics) -> kube::Result<Client> {
         .build())
 }
 
-/// Becomes leader, then runs the controller until leadership is lost. The renewal is
-/// polled first (`biased`): a leader resumed after a pause longer than the renew deadline
-/// steps down before its controller is polled again.
+/// How long a leader stopped by a signal waits for the Events its last reconciles queued:
+/// they say what it did, and the next leader will not say it again.
+const EVENT_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Becomes leader, then runs the controller until leadership is lost or `shutdown`
+/// completes. The renewal is polled first (`biased`): a leader resumed after a pause
+/// longer than the renew deadline steps down before its controller is polled again. A
+/// leader stopped by `shutdown` writes its queued Events first (at most [`EVENT_FLUSH`]),
+/// before the Lease is released; one that lost the Lease writes nothing more (another
+/// replica may be leading), and its queued Events are dropped.
 async fn lead(
     client: Client,
     config: &Config,
     metrics: Arc<Metrics>,
     readiness: &Readiness,
     elector: &Elector,
+    shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
+    let mut shutdown = std::pin::pin!(shutdown);
+    let ctx = tokio::select! {
+        () = &mut shutdown => return Ok(()),
+        ctx = become_leader(client, config, metrics, readiness, elector) => Arc::new(ctx),
+    };
+    let result = tokio::select! {
+        biased;
+        lost = elector.keep() => Err(lost),
+        () = controller(ctx.clone(), |synced| readiness.set(Role::Leader { synced })) => Ok(()),
+        () = &mut shutdown => Ok(()),
+    };
+    if result.is_ok() && !ctx.events.flush(EVENT_FLUSH).await {
+        warn!(
+            "Events still queued when the operator stopped leading were not all written within {EVENT_FLUSH:?}"
+        );
+    }
+    result
+}
+
+/// Waits for the Lease, then builds the leader's context (after sweeping the Secrets of
+/// groups that no longer exist).
+async fn become_leader(
+    client: Client,
+    config: &Config,
+    metrics: Arc<Metrics>,
+    readiness: &Readiness,
+    elector: &Elector,
+) -> Context {
     elector
         .acquire(|holder| {
             readiness.set(holder.map_or(Role::Starting, |holder| Role::Standby {
@@ -160,12 +201,7 @@ async fn lead(
             warn!(%error, "sweeping group Secrets failed; retried at the next leadership")
         }
     }
-    let ctx = Arc::new(ctx);
-    tokio::select! {
-        biased;
-        lost = elector.keep() => Err(lost),
-        () = controller(ctx, |synced| readiness.set(Role::Leader { synced })) => Ok(()),
-    }
+    ctx
 }
 
 /// The `HcommGroup` controller: groups, their Pods, and every `HcommNode` change (new
