@@ -128,6 +128,18 @@ mod tests {
         }))
         .unwrap();
         let direct = open_all(&dir, &m).pop().unwrap();
+        if let Some(f) = &direct {
+            // The handle really is O_DIRECT (`flags:` in fdinfo is octal).
+            use std::os::fd::AsRawFd;
+            let info =
+                std::fs::read_to_string(format!("/proc/self/fdinfo/{}", f.as_raw_fd())).unwrap();
+            let flags = info
+                .lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .map(|v| i64::from_str_radix(v.trim(), 8).unwrap())
+                .unwrap();
+            assert_ne!(flags & libc::O_DIRECT as i64, 0, "{info}");
+        }
         let data: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
         // Two aligned chunks (the second with a short tail), then a piece at an
         // unaligned offset, each with and without the direct handle.
