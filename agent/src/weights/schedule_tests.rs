@@ -115,8 +115,8 @@ fn once_every_source_told_the_joiner_stripes_among_the_joiners_found() {
     let rest: Vec<usize> = std::iter::from_fn(|| s.next_for(0)).collect();
     assert_eq!(
         rest,
-        [9, 10, 11, 2, 3, 4, 5, 6, 7],
-        "0 and 1 are with peers"
+        [9, 10, 11, 3, 2, 7, 6, 5, 4],
+        "its own stripe from the start, the others' from their ends; 0 and 1 are with peers"
     );
     // A dead source that never told does not hold it up: alone, this joiner is the
     // first of one and starts at 0.
@@ -171,4 +171,27 @@ fn a_corrupt_chunk_is_refetched_elsewhere_and_repeat_offenders_are_dropped() {
     assert_eq!(s.corrupt(1, 0), AfterCorrupt::Keep);
     s.next_for(0);
     assert_eq!(s.corrupt(2, 0), AfterCorrupt::Drop);
+}
+
+#[test]
+fn a_joiner_done_with_its_stripe_takes_the_others_from_their_ends() {
+    // 10 chunks, 3 joiners: stripes 0..3, 3..6, 6..10.
+    assert_eq!(striped_order(10, 1, 3), [3, 4, 5, 9, 8, 7, 6, 2, 1, 0]);
+    assert_eq!(striped_order(10, 2, 3), [6, 7, 8, 9, 2, 1, 0, 5, 4, 3]);
+    assert_eq!(
+        striped_order(10, 4, 3),
+        striped_order(10, 1, 3),
+        "places wrap"
+    );
+    // One chunk per stripe (more joiners than chunks): the rotation.
+    assert_eq!(striped_order(3, 1, 5), [1, 2, 0]);
+    assert_eq!(striped_order(4, 0, 1), [0, 1, 2, 3]);
+    assert!(striped_order(0, 0, 3).is_empty());
+    // The owner (joiner 2, forward from 6) and a helper done with its own stripe
+    // (joiner 1, which reaches stripe 2 from its end) ask the member for different chunks.
+    let mut helper = Scheduler::new(10, &bits(10, &[3, 4, 5]), swarm(2, 1, 3));
+    helper.set_holdings(0, ChunkBits::full(10), ChunkBits::new(10));
+    helper.set_holdings(1, ChunkBits::new(10), bits(10, &[6]));
+    assert_eq!(helper.next_for(0), Some(9));
+    assert_eq!(helper.next_for(0), Some(8));
 }
