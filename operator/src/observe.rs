@@ -292,7 +292,7 @@ pub async fn fetch(
         nodes: hcomm_nodes().map(|n| inventory(n, &allocatable)).collect(),
         link_tests,
         published_at,
-        recorded: recorded(prepared.config_map.as_ref(), Some(latest)),
+        recorded: recorded(prepared.config_map.as_ref(), latest),
         config_map: prepared.config_map,
         cordoned: crate::disruption::cordoned(snapshot.nodes.iter().map(AsRef::as_ref)),
     })
@@ -389,16 +389,16 @@ pub fn published_at<'a>(
 /// joiners and writing the status is covered by the joiners' epoch labels
 /// (`planner::epoch`). `status` is the group's latest (`crate::status_written`): this
 /// process's last write while the cached object does not show it yet.
-pub fn recorded(config_map: Option<&ConfigMap>, status: Option<&HcommGroupStatus>) -> Recorded {
-    let planned = status.map_or_else(Recorded::default, |s| Recorded {
-        epoch: s.epoch,
-        members: s
+pub fn recorded(config_map: Option<&ConfigMap>, status: &HcommGroupStatus) -> Recorded {
+    let planned = Recorded {
+        epoch: status.epoch,
+        members: status
             .members
             .iter()
             .filter(|m| !matches!(m.phase, MemberPhase::Draining | MemberPhase::Leaving))
             .map(|m| m.name.clone())
             .collect(),
-    });
+    };
     let Some(data) = config_map.and_then(|c| c.data.as_ref()) else {
         return planned;
     };
@@ -496,7 +496,7 @@ mod tests {
             member("g-0-e1", "Ready"), member("g-1-e1", "Ready"), member("g-2-e2", "Pending"),
             member("g-3-e1", "Draining")]}));
         let table = config_map(1, &["g-0-e1", "g-1-e1", "g-3-e1"]);
-        let r = recorded(Some(&table), g.status.as_ref());
+        let r = recorded(Some(&table), g.status.as_ref().unwrap());
         assert_eq!(r.epoch, 2);
         assert_eq!(r.members, set(&["g-0-e1", "g-1-e1", "g-2-e2"]));
     }
@@ -504,12 +504,16 @@ mod tests {
     #[test]
     fn a_published_table_is_the_record_once_it_caught_up_and_without_one_the_status_is() {
         let g = group(serde_json::json!({"epoch": 2, "members": [member("a", "Ready")]}));
-        let r = recorded(Some(&config_map(2, &["a", "b"])), g.status.as_ref());
+        let status = g.status.as_ref().unwrap();
+        let r = recorded(Some(&config_map(2, &["a", "b"])), status);
         assert_eq!((r.epoch, r.members), (2, set(&["a", "b"])));
-        let r = recorded(None, g.status.as_ref());
+        let r = recorded(None, status);
         assert_eq!((r.epoch, r.members), (2, set(&["a"])));
-        let fresh = group(serde_json::json!(null));
-        assert_eq!(recorded(None, fresh.status.as_ref()), Recorded::default());
+        // A group without a status yet: `status_written::latest` gives the default one.
+        assert_eq!(
+            recorded(None, &HcommGroupStatus::default()),
+            Recorded::default()
+        );
     }
 
     #[test]
