@@ -38,6 +38,9 @@ const MAX: u64 = 4;
 /// member asks for 4 members.
 const STEP: u32 = 12;
 const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+/// How long the metric must have read the whole offered load before the HPA's size
+/// counts as its answer to it: KEDA's 1 s poll and two of the HPA's 2 s syncs.
+const SETTLE: Duration = Duration::from_secs(5);
 
 /// One sample of the chain.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -59,7 +62,8 @@ pub struct Sample {
 /// What the autoscaled run did.
 #[derive(Debug, Clone)]
 pub struct Autoscaled {
-    /// The size the HPA raised decode to.
+    /// The size the HPA settled decode at under the whole load step (its first change
+    /// may be smaller: it can answer a metric read mid-ramp).
     pub scaled_to: i32,
     /// The size it took decode back to.
     pub scaled_back_to: i32,
@@ -114,15 +118,12 @@ pub async fn run(
     })?;
     offered.fetch_add(STEP, Ordering::Relaxed);
     let t = Instant::now();
-    let scaled_to = wait_spec(&sampler, |n| n > MIN as i32).await?;
+    let first = wait_spec(&sampler, |n| n > MIN as i32).await?;
     clock.say(format!(
-        "the HPA set decode's replicas to {scaled_to} after {:.2}s",
+        "the HPA set decode's replicas to {first} after {:.2}s",
         t.elapsed().as_secs_f64()
     ));
-    let members = bed
-        .wait_pool_ready(NAMESPACE, "decode", scaled_to as usize, POOL_WAIT)
-        .await?;
-    let scale_out = t.elapsed();
+    let (scaled_to, scale_out, members) = settle_out(bed, &sampler, t, clock).await?;
     clock.say(format!(
         "decode: {scaled_to} members Ready {:.2}s after the load step: {}",
         scale_out.as_secs_f64(),
@@ -181,6 +182,60 @@ pub async fn run(
     })
 }
 
+/// Follows the HPA from its first change to the size it settles at under the whole step,
+/// and returns that size, the time from the step (`t`) to that many members Ready, and
+/// the members. The HPA's first change may answer a metric read mid-ramp (two Pods
+/// scraped either side of the step's start summed to 9 once, and it asked for 3); it
+/// settles once the metric has shown the whole offered load for [`SETTLE`] and its
+/// size is Ready.
+async fn settle_out(
+    bed: &Testbed,
+    sampler: &Sampler,
+    t: Instant,
+    clock: &Clock,
+) -> Result<(i32, Duration, Vec<testbed::MemberPod>)> {
+    let deadline = t + POOL_WAIT;
+    let spec = || sampler.latest().and_then(|s| s.replicas);
+    // The size last Ready, when it was, and its members.
+    let mut ready: Option<(i32, Duration, Vec<testbed::MemberPod>)> = None;
+    let mut followed = spec();
+    loop {
+        let target = spec().unwrap_or(MIN as i32);
+        if followed != Some(target) {
+            clock.say(format!("the HPA moved decode's replicas to {target}"));
+            followed = Some(target);
+        }
+        if ready.as_ref().is_none_or(|(n, ..)| *n != target) {
+            // Short rounds: the size may change while its members come up.
+            ready = match bed
+                .wait_pool_ready(NAMESPACE, "decode", target as usize, SAMPLE_EVERY)
+                .await
+            {
+                Ok(members) => Some((target, t.elapsed(), members)),
+                Err(testbed::Error::Timeout { .. }) => None,
+                Err(e) => return Err(e),
+            };
+        }
+        if let Some((n, ..)) = &ready
+            && spec() == Some(*n)
+            && sampler.metric_settled(SETTLE)
+        {
+            return Ok(ready.take().expect("matched above"));
+        }
+        if Instant::now() > deadline {
+            return Err(testbed::Error::Timeout {
+                what: format!(
+                    "decode to settle at the HPA's size under the whole load step \
+                     (last sample: {:?})",
+                    sampler.latest()
+                ),
+                after: POOL_WAIT,
+            });
+        }
+        tokio::time::sleep(SAMPLE_EVERY / 2).await;
+    }
+}
+
 async fn stop_step(step: LoadRun, offered: &AtomicU32) -> Result<testbed::LoadStats> {
     let stats = step.stop().await;
     offered.fetch_sub(STEP, Ordering::Relaxed);
@@ -230,6 +285,13 @@ impl Sampler {
         Sampler { samples, task }
     }
 
+    /// Whether the metric has read at least the offered load in every sample of the last
+    /// `window` (and the samples cover it).
+    fn metric_settled(&self, window: Duration) -> bool {
+        let samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        metric_settled(&samples, window.as_secs_f64())
+    }
+
     fn latest(&self) -> Option<Sample> {
         self.samples
             .lock()
@@ -266,6 +328,22 @@ async fn wait_spec(sampler: &Sampler, done: impl Fn(i32) -> bool) -> Result<i32>
         }
         tokio::time::sleep(SAMPLE_EVERY / 2).await;
     }
+}
+
+/// Whether the samples' metric has read at least their offered load for the last
+/// `window` seconds.
+fn metric_settled(samples: &[Sample], window: f64) -> bool {
+    let Some(last) = samples.last() else {
+        return false;
+    };
+    let full = |s: &Sample| s.metric.is_some_and(|m| m >= f64::from(s.offered));
+    let since = samples
+        .iter()
+        .rev()
+        .take_while(|s| full(s))
+        .last()
+        .map(|s| s.t);
+    since.is_some_and(|since| last.t - since >= window)
 }
 
 /// The samples as a table, one row per second (the last sample of each), plus every row
@@ -315,6 +393,27 @@ pub(crate) mod tests {
             replicas: Some(desired),
             ready: Some(ready),
         }
+    }
+
+    #[test]
+    fn the_metric_settles_only_after_reading_the_whole_load_for_the_window() {
+        let mut dip = sample(3.0, 16, 3, 2);
+        dip.metric = Some(9.0);
+        let samples = [
+            sample(0.0, 4, 2, 2),
+            sample(1.0, 16, 2, 2),
+            sample(2.0, 16, 2, 2),
+            dip,
+            sample(4.0, 16, 3, 3),
+            sample(8.0, 16, 4, 3),
+        ];
+        assert!(
+            !metric_settled(&samples, 5.0),
+            "the dip at 3 s restarts the window"
+        );
+        assert!(metric_settled(&samples, 4.0));
+        assert!(!metric_settled(&samples[..3], 5.0));
+        assert!(!metric_settled(&[], 0.0));
     }
 
     #[test]
