@@ -32,7 +32,7 @@ use super::ports::{
 use super::ranktable::RankTable;
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
-use super::verify::{Verified, verify};
+use super::verify::{NicPassed, Verified, verify};
 use super::versions_check::{NodeVersions, member_nodes, node_versions};
 use crate::config::Context;
 use crate::error::{Error, Result};
@@ -264,6 +264,7 @@ impl Verifier for NicVerifier {
         socket_ifname: Option<&'a str>,
         connect_timeout: Duration,
         table: &'a RankTable,
+        nic_passed: Option<NicPassed>,
     ) -> BoxFuture<'a, Verified> {
         async move {
             // Without the group's secret the member can neither join its domain nor fetch
@@ -271,7 +272,15 @@ impl Verifier for NicVerifier {
             if let Some(v) = secret_missing(&self.0, spec).await {
                 return v;
             }
-            let v = verify(&self.0, spec, socket_ifname, connect_timeout, table).await;
+            let v = verify(
+                &self.0,
+                spec,
+                socket_ifname,
+                connect_timeout,
+                table,
+                nic_passed,
+            )
+            .await;
             if let Some(p) = &v.plan {
                 self.0.set_member_peers(&spec.key(), Some(&p.peers));
             }

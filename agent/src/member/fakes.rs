@@ -24,7 +24,7 @@ use super::ranktable::{RankTable, plan};
 use super::ranktable_members::MemberAddresses;
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
-use super::verify::{NpuSite, Verified, with_npu_check};
+use super::verify::{NicPassed, NpuSite, Verified, with_npu_check};
 use super::versions_check::NodeVersions;
 use super::weights::{SyncFailure, SyncFuture, WeightsOutcome, WeightsRequest, WeightsSyncer};
 use crate::ascend::hccn::conf::{self, HccnConf};
@@ -205,6 +205,7 @@ impl Verifier for FakeVerifier {
         _socket_ifname: Option<&'a str>,
         connect_timeout: Duration,
         table: &'a RankTable,
+        nic_passed: Option<NicPassed>,
     ) -> BoxFuture<'a, Verified> {
         let script = lock(&self.script).pop_front().unwrap_or(VerifyScript::Pass);
         let nic = async move {
@@ -252,7 +253,7 @@ impl Verifier for FakeVerifier {
                         table,
                         budget: connect_timeout,
                     };
-                    with_npu_check(nic, npu, spec, site).await
+                    with_npu_check(nic, npu, spec, site, nic_passed).await
                 }
             }
         }
@@ -364,6 +365,8 @@ pub type SyncScript = (Duration, std::result::Result<WeightsOutcome, SyncFailure
 pub struct FakeWeights {
     /// Unscripted syncs succeed at once.
     pub script: Arc<Mutex<VecDeque<SyncScript>>>,
+    /// Syncs begun.
+    pub started: Arc<Mutex<u32>>,
     /// Syncs finished (the transfer ran to its end).
     pub finished: Arc<Mutex<u32>>,
 }
@@ -383,6 +386,7 @@ impl WeightsSyncer for FakeWeights {
         let (delay, result) = lock(&self.script)
             .pop_front()
             .unwrap_or((Duration::ZERO, Ok(synced())));
+        *lock(&self.started) += 1;
         async move {
             tokio::time::sleep(delay).await;
             *lock(&self.finished) += 1;

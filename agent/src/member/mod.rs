@@ -24,6 +24,7 @@ pub mod group;
 mod npu_task_tests;
 pub mod nudge;
 pub mod ports;
+pub mod prefetch;
 pub mod ranktable;
 pub mod ranktable_members;
 pub mod runtime;

@@ -1,15 +1,15 @@
 //! The member task with the NPU network check (issue 15): a member of a group whose rank
 //! table carries device addresses is verified against a fake NPU network, the real check
 //! and verdict in between. One test per failure edge: the named reason on
-//! `hcomm.io/verified`, its Warning Event, within the group's connect timeout, and no
-//! weights fetched.
+//! `hcomm.io/verified`, its Warning Event, within the group's connect timeout, and the
+//! weight sync begun once the data NIC passed stopped before it finished.
 
 use std::time::Duration;
 
-use hcomm_crds::contract::{POD_VERIFIED, PodReason};
+use hcomm_crds::contract::{POD_JOINED, POD_VERIFIED, POD_WEIGHTS_SYNCED, PodReason};
 use hcomm_crds::node::NpuLink;
 
-use super::fakes::FakeNpu;
+use super::fakes::{FakeNpu, synced};
 use super::task_kit::Kit;
 use crate::ascend::hccn::conf;
 use crate::ascend::hccn::output::NetHealth;
@@ -17,11 +17,22 @@ use crate::ascend::hccn::output::NetHealth;
 /// The group's default connect timeout (the check's budget).
 const CONNECT: Duration = Duration::from_secs(30);
 
+/// How long each scripted sync takes in [`refused`]: past the slowest refusal (the connect
+/// timeout), so every sync is still running when its verification fails.
+const SLOW_SYNC: Duration = Duration::from_secs(40);
+
 /// Starts the member with `npu` broken by `breakage`; waits for `verified=False` with
-/// `reason` and checks the Event, the time taken and that no weights moved.
-async fn refused(breakage: impl FnOnce(&FakeNpu), reason: PodReason, says: &str) {
+/// `reason` and checks the Event, the time taken, and that no sync finishes, even long
+/// after (one begun beside a slow check was stopped with it). Returns the kit.
+async fn refused(breakage: impl FnOnce(&FakeNpu), reason: PodReason, says: &str) -> Kit {
     let (kit, npu) = Kit::npu();
     breakage(&npu);
+    // Every retry's sync too.
+    kit.weights
+        .script
+        .lock()
+        .unwrap()
+        .extend((0..64).map(|_| (SLOW_SYNC, Ok(synced()))));
     let started = tokio::time::Instant::now();
     let _task = kit.start();
     kit.until("verified=False", |k| {
@@ -50,7 +61,54 @@ async fn refused(breakage: impl FnOnce(&FakeNpu), reason: PodReason, says: &str)
         "{:?}",
         event.2
     );
-    assert_eq!(*kit.weights.finished.lock().unwrap(), 0, "never syncs");
+    tokio::time::sleep(SLOW_SYNC * 2).await;
+    assert_eq!(
+        *kit.weights.finished.lock().unwrap(),
+        0,
+        "every sync was stopped with its verification"
+    );
+    kit
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_weight_sync_runs_beside_the_npu_check_once_the_data_nic_passed() {
+    let (kit, npu) = Kit::npu();
+    let check = Duration::from_secs(5);
+    let sync = Duration::from_secs(3);
+    npu.with(|s| s.ping_time = check);
+    kit.weights
+        .script
+        .lock()
+        .unwrap()
+        .push_back((sync, Ok(synced())));
+    let started = tokio::time::Instant::now();
+    let _task = kit.start();
+    kit.until_ready().await;
+    // One after the other would take 8 s; the sync ends inside the check's 5 s.
+    let took = started.elapsed();
+    assert!(
+        took >= check && took < check + Duration::from_millis(500),
+        "took {took:?}"
+    );
+    assert_eq!(
+        *kit.weights.started.lock().unwrap(),
+        1,
+        "one sync, taken over"
+    );
+    assert_eq!(*kit.weights.finished.lock().unwrap(), 1);
+    // The lifecycle's order is kept: verified, then weights synced, then joined.
+    let order: Vec<&str> = kit
+        .cluster
+        .writes()
+        .into_iter()
+        .filter(|(_, status, _)| *status)
+        .map(|(type_, ..)| type_)
+        .collect();
+    let at = |t: &str| order.iter().position(|o| *o == t).unwrap_or(usize::MAX);
+    assert!(
+        at(POD_VERIFIED) < at(POD_WEIGHTS_SYNCED) && at(POD_WEIGHTS_SYNCED) < at(POD_JOINED),
+        "{order:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -162,12 +220,14 @@ async fn an_unanswered_npu_ping_is_refused_as_npu_ping_failed() {
 
 #[tokio::test(start_paused = true)]
 async fn a_ping_that_hangs_is_cut_at_the_connect_timeout_as_npu_ping_failed() {
-    refused(
+    let kit = refused(
         |n| n.with(|s| s.ping_time = Duration::from_secs(3600)),
         PodReason::NpuPingFailed,
         "timed out",
     )
     .await;
+    // The sync began beside the hanging ping (and was stopped, above).
+    assert!(*kit.weights.started.lock().unwrap() >= 1);
 }
 
 #[tokio::test(start_paused = true)]

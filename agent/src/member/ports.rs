@@ -32,7 +32,7 @@ use super::ranktable::{ControlPlan, RankTable};
 use super::ranktable_members::MemberAddresses;
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
-use super::verify::Verified;
+use super::verify::{NicPassed, Verified};
 use super::versions_check::NodeVersions;
 use crate::error::Result;
 use crate::local_api::{Assignment, Notice};
@@ -73,6 +73,7 @@ pub trait Verifier: Send + Sync {
         socket_ifname: Option<&'a str>,
         connect_timeout: Duration,
         table: &'a RankTable,
+        nic_passed: Option<NicPassed>,
     ) -> BoxFuture<'a, Verified>;
 }
 

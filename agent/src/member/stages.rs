@@ -14,11 +14,13 @@ use tracing::Instrument as _;
 
 use super::domain::DomainConfig;
 use super::ports::{JoinError, JoinSpec};
+use super::prefetch::Prefetch;
 use super::ranktable::{ControlPlan, PeerRefusal, RankTable};
 use super::state::{Event, WorkerNotice};
 use super::task::{Run, pod_gone};
 use super::weights::WeightsRequest;
 use crate::local_api::{Assignment, Notice};
+use crate::nic::Chosen;
 use hcomm_crds::contract::PodReason;
 
 /// The peers of a plan (server id, address) whose address is among `unreachable` (pure):
@@ -107,13 +109,25 @@ impl Run {
         if let Some(failed) = self.check_versions(left).await {
             return failed;
         }
-        let checked = self
-            .ports
-            .verifier
-            .verify(&self.spec, ifname.as_deref(), timeout, &table);
-        let Ok(v) = tokio::time::timeout_at(until, checked).await else {
+        // Any sync an earlier verification began stopped when it failed (see below).
+        self.prefetch = None;
+        let (passed, nic_passed) = tokio::sync::oneshot::channel();
+        let checked = self.ports.verifier.verify(
+            &self.spec,
+            ifname.as_deref(),
+            timeout,
+            &table,
+            Some(passed),
+        );
+        let (checked, prefetch) = self
+            .sync_once_nic_passed(tokio::time::timeout_at(until, checked), nic_passed)
+            .await;
+        let Ok(v) = checked else {
             return self.verify_timed_out(deadline);
         };
+        if v.verdict.ok {
+            self.prefetch = prefetch;
+        }
         self.metrics
             .verifications
             .with_label_values(&[v.verdict.reason])
@@ -128,6 +142,33 @@ impl Run {
             ok: v.verdict.ok,
             reason: v.verdict.reason,
             message: v.verdict.message,
+        }
+    }
+
+    /// Runs the verification `checked` and, once its data NIC part passed, starts the weight
+    /// sync beside the rest ([`super::prefetch`]); the caller drops it unless the whole
+    /// verification passed.
+    async fn sync_once_nic_passed<T>(
+        &self,
+        checked: impl std::future::Future<Output = T>,
+        mut nic_passed: tokio::sync::oneshot::Receiver<(Chosen, ControlPlan)>,
+    ) -> (T, Option<Prefetch>) {
+        tokio::pin!(checked);
+        let mut waiting = true;
+        let mut started = None;
+        loop {
+            tokio::select! {
+                // The NIC's word first: a verdict that came with it still has its sync.
+                biased;
+                passed = &mut nic_passed, if waiting => {
+                    waiting = false;
+                    if let Ok((chosen, plan)) = passed {
+                        let req = self.weights_request(&chosen, Some(&plan));
+                        started = Some(Prefetch::start(self.ports.weights.clone(), req));
+                    }
+                }
+                out = &mut checked => return (out, started),
+            }
         }
     }
 
@@ -189,7 +230,8 @@ impl Run {
         }
     }
 
-    /// Syncs the weights. A Pod deleted meanwhile ends the member ([`Event::PodGone`]),
+    /// Syncs the weights, or takes the outcome of the sync begun when the data NIC passed
+    /// ([`super::prefetch`]). A Pod deleted meanwhile ends the member ([`Event::PodGone`]),
     /// but only once the transfer finished: the set lands in the node's store either way
     /// (a replacement on this node reuses it), and no transfer is left half-written.
     pub(super) async fn sync_weights(&mut self) -> Event {
@@ -200,25 +242,8 @@ impl Run {
                 message: "no verified data interface".into(),
             };
         };
-        let req = WeightsRequest {
-            namespace: self.spec.namespace.clone(),
-            group: self.spec.group.clone(),
-            group_uid: self.group.uid.clone(),
-            pod: self.spec.pod.clone(),
-            node: self.cfg.node_name.clone(),
-            spec: self.group.weights.clone(),
-            interface: chosen.name,
-            local_ip: chosen.ip,
-            peers: self
-                .plan
-                .as_ref()
-                .map(|p| p.peers.clone())
-                .unwrap_or_default(),
-            stripe: self.plan.as_ref().map(|p| (p.rank, p.world)),
-            epoch,
-        };
-        let weights = self.ports.weights.clone();
-        let sync = weights.sync(&req);
+        let req = self.weights_request(&chosen, self.plan.as_ref());
+        let sync = super::prefetch::outcome(self.prefetch.take(), self.ports.weights.clone(), req);
         tokio::pin!(sync);
         let result = tokio::select! {
             r = &mut sync => r,
@@ -252,6 +277,23 @@ impl Run {
                 reason: f.reason,
                 message: f.message,
             },
+        }
+    }
+
+    /// What this member's sync asks for over `chosen`, with `plan`'s peers and stripe.
+    fn weights_request(&self, chosen: &Chosen, plan: Option<&ControlPlan>) -> WeightsRequest {
+        WeightsRequest {
+            namespace: self.spec.namespace.clone(),
+            group: self.spec.group.clone(),
+            group_uid: self.group.uid.clone(),
+            pod: self.spec.pod.clone(),
+            node: self.cfg.node_name.clone(),
+            spec: self.group.weights.clone(),
+            interface: chosen.name.clone(),
+            local_ip: chosen.ip,
+            peers: plan.map(|p| p.peers.clone()).unwrap_or_default(),
+            stripe: plan.map(|p| (p.rank, p.world)),
+            epoch: self.planned_epoch(),
         }
     }
 

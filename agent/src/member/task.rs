@@ -73,6 +73,8 @@ pub(super) struct Run {
     drain_seen: bool,
     failures: u32,
     pub(super) weights_path: Option<String>,
+    /// A weight sync begun during verification ([`super::prefetch`]).
+    pub(super) prefetch: Option<super::prefetch::Prefetch>,
     /// The Pod as the driver last saw it; None once it is deleted.
     pub(super) spec_rx: watch::Receiver<Option<MemberSpec>>,
     /// Changes when the group's HcommGroup does ([`super::nudge`]).
@@ -126,6 +128,7 @@ pub async fn drive(
         drain_seen: false,
         failures: 0,
         weights_path: None,
+        prefetch: None,
         spec_rx,
         group_changed,
     };
@@ -320,10 +323,13 @@ impl Run {
             .is_none_or(|m| m.contains(&self.spec.pod))
     }
 
-    /// Re-reads the group's spec and its rank table.
+    /// Re-reads the group's spec and its rank table (both reads at once: they sit on a
+    /// joiner's path twice, before verifying and before joining).
     pub(super) async fn refresh(&mut self) -> crate::error::Result<()> {
-        self.group = self.ports.cluster.group().await?;
-        let published = self.ports.cluster.rank_table().await?;
+        let (group, published) =
+            futures::join!(self.ports.cluster.group(), self.ports.cluster.rank_table());
+        self.group = group?;
+        let published = published?;
         self.table = Some((published.table, published.epoch));
         self.listed = published.members;
         Ok(())

@@ -23,6 +23,10 @@ use hcomm_crds::contract::PodReason;
 /// At most this many other interfaces are probed for the hint.
 pub const MAX_ALTERNATIVES: usize = 3;
 
+/// Told the data NIC's verdict as soon as it passed, with the interface and plan, while the
+/// NPU network check still runs (what [`super::prefetch`] starts a sync on).
+pub type NicPassed = tokio::sync::oneshot::Sender<(Chosen, ControlPlan)>;
+
 /// A verification's outcome and, on success, what the next stages use.
 pub struct Verified {
     pub verdict: Verdict,
@@ -50,6 +54,7 @@ pub async fn verify(
     socket_ifname: Option<&str>,
     connect_timeout: Duration,
     table: &RankTable,
+    nic_passed: Option<NicPassed>,
 ) -> Verified {
     let timeout = ctx
         .cfg
@@ -64,7 +69,7 @@ pub async fn verify(
         table,
         budget: timeout,
     };
-    with_npu_check(nic, &npu, spec, site).await
+    with_npu_check(nic, &npu, spec, site, nic_passed).await
 }
 
 /// Where the NPU check runs: the node, its data address (to find its server when the
@@ -78,16 +83,27 @@ pub struct NpuSite<'a> {
 
 /// Runs `nic` and, when the table gives the member's devices `device_ip`s, the NPU network
 /// check beside it; a failure of either fails the verification (the NIC's reason first),
-/// with both messages.
+/// with both messages. `nic_passed` is told when `nic` passed while the NPU check may
+/// still run (without an NPU check the verdict itself comes as soon).
 pub async fn with_npu_check(
     nic: impl std::future::Future<Output = Verified>,
     npu: &dyn NpuNetwork,
     spec: &MemberSpec,
     site: NpuSite<'_>,
+    nic_passed: Option<NicPassed>,
 ) -> Verified {
     let devices = spec.devices.clone().unwrap_or_default();
     let Some(member) = MemberNpus::from_table(site.table, site.node, site.data_ip, &devices) else {
         return nic.await;
+    };
+    let nic = async {
+        let v = nic.await;
+        if let (true, Some(chosen), Some(plan), Some(tell)) =
+            (v.verdict.ok, &v.chosen, &v.plan, nic_passed)
+        {
+            let _ = tell.send((chosen.clone(), plan.clone()));
+        }
+        v
     };
     let (mut v, n) = futures::join!(nic, check(npu, &member, site.budget));
     if !n.ok {
@@ -125,7 +141,12 @@ async fn verify_nic(
     connect_timeout: Duration,
     table: &RankTable,
 ) -> Verified {
-    let inv = current_nics(ctx).await;
+    // The table's members are read while the interfaces are (both are API or system
+    // reads on the joiner's path); they are used only once the table passed its own checks.
+    let (inv, members) = futures::join!(
+        current_nics(ctx),
+        super::ranktable_members::fetch(&ctx.client, &spec.namespace, &spec.group)
+    );
     let matcher = match socket_ifname.map(IfnameMatcher::parse).transpose() {
         Ok(m) => m,
         Err(e) => return fail(PodReason::NoDataNic, e.to_string()),
@@ -157,17 +178,16 @@ async fn verify_nic(
     };
     // Nothing is dialled before every address and port the table yields is checked, and
     // every server is a node running one of the group's members.
-    let members =
-        match super::ranktable_members::fetch(&ctx.client, &spec.namespace, &spec.group).await {
-            Ok(m) => m,
-            Err(e) => {
-                let e = super::ranktable::PeerRefusal::MembersUnknown(e.to_string());
-                return fail(
-                    super::ranktable::PeerRefusal::REASON,
-                    format!("rank table: {e}"),
-                );
-            }
-        };
+    let members = match members {
+        Ok(m) => m,
+        Err(e) => {
+            let e = super::ranktable::PeerRefusal::MembersUnknown(e.to_string());
+            return fail(
+                super::ranktable::PeerRefusal::REASON,
+                format!("rank table: {e}"),
+            );
+        }
+    };
     let rules = super::ranktable_members::PeerRules::from_config(&ctx.cfg);
     if let Err(e) = super::ranktable_members::check_table(table, &plan, &members, &rules) {
         return fail(

@@ -12,7 +12,7 @@ use hcomm_crds::WeightsSpec;
 use hcomm_crds::contract::PodReason;
 
 /// What a sync is asked to do.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WeightsRequest {
     pub namespace: String,
     pub group: String,
