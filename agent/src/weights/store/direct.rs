@@ -59,17 +59,20 @@ thread_local! {
 }
 
 /// Writes `data` at `offset`: the aligned part through `direct` when there is one, the
-/// rest (or all of it) through `buffered`. Blocking.
+/// rest (or all of it) through `buffered`. Returns whether `direct` refused the write
+/// (`EINVAL`; the bytes then went through `buffered`): the caller stops using it, rather
+/// than fail the same syscall on every chunk. Blocking.
 pub(super) fn write_at(
     buffered: &File,
     direct: Option<&File>,
     data: &[u8],
     offset: u64,
-) -> std::io::Result<()> {
+) -> std::io::Result<bool> {
     let aligned = match direct {
         Some(_) if offset.is_multiple_of(ALIGN as u64) => data.len() / ALIGN * ALIGN,
         _ => 0,
     };
+    let mut refused = false;
     if let (Some(direct), true) = (direct, aligned > 0) {
         let head = &data[..aligned];
         match BUFFER.with(|b| write_aligned(direct, &mut b.borrow_mut(), head, offset)) {
@@ -78,11 +81,13 @@ pub(super) fn write_at(
                 // A device with blocks larger than ALIGN, or a filesystem that took the
                 // open but not the write: the page cache it is.
                 buffered.write_all_at(head, offset)?;
+                refused = true;
             }
             Err(e) => return Err(e),
         }
     }
-    buffered.write_all_at(&data[aligned..], offset + aligned as u64)
+    buffered.write_all_at(&data[aligned..], offset + aligned as u64)?;
+    Ok(refused)
 }
 
 /// Copies `data` (a multiple of [`ALIGN`] long) to an [`ALIGN`]-aligned place in `buffer`
@@ -145,15 +150,19 @@ mod tests {
         // unaligned offset, each with and without the direct handle.
         for handle in [direct.as_deref(), None] {
             std::fs::write(&path, vec![0u8; size]).unwrap();
-            write_at(&buffered, handle, &data[..2 * ALIGN], 0).unwrap();
-            write_at(
-                &buffered,
-                handle,
-                &data[2 * ALIGN..size - 100],
-                2 * ALIGN as u64,
-            )
-            .unwrap();
-            write_at(&buffered, handle, &data[size - 100..], (size - 100) as u64).unwrap();
+            // A handle the filesystem gave takes aligned writes: never reported refused.
+            let refused = [
+                write_at(&buffered, handle, &data[..2 * ALIGN], 0).unwrap(),
+                write_at(
+                    &buffered,
+                    handle,
+                    &data[2 * ALIGN..size - 100],
+                    2 * ALIGN as u64,
+                )
+                .unwrap(),
+                write_at(&buffered, handle, &data[size - 100..], (size - 100) as u64).unwrap(),
+            ];
+            assert_eq!(refused, [false; 3]);
             assert_eq!(
                 std::fs::read(&path).unwrap(),
                 data,

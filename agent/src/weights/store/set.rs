@@ -117,9 +117,15 @@ impl WeightSet {
         };
         let places = &self.table.chunks[index].places;
         for &(file, offset) in places {
-            let direct = direct.get(file).and_then(|d| d.as_deref());
-            super::direct::write_at(&files[file], direct, data, offset)
+            let handle = direct.get(file).and_then(|d| d.as_deref());
+            let refused = super::direct::write_at(&files[file], handle, data, offset)
                 .map_err(io_at("write", &dir.join(&self.manifest.files[file].path)))?;
+            if refused {
+                tracing::debug!(file = %self.manifest.files[file].path, "O_DIRECT write refused; this file goes through the page cache");
+                if let Some(d) = self.state.lock().expect("set lock").direct.get_mut(file) {
+                    *d = None;
+                }
+            }
         }
         self.flush.wrote((data.len() * places.len()) as u64, &files);
         self.state.lock().expect("set lock").verified.set(index);
