@@ -81,6 +81,7 @@ pub async fn fetch(req: FetchRequest, progress: Progress) -> Result<FetchReport>
         sources: req.sources.iter().map(SocketAddr::ip).collect(),
         own: req.bind,
         guess: req.stripe,
+        seed: rand::random(),
     };
     let ctx = Arc::new(Ctx {
         sched: Mutex::new(Scheduler::new(n, &held, swarm)),

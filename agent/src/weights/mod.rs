@@ -36,9 +36,11 @@
 //! whether it holds the whole set, the joiner stripes among the joiners found, by
 //! address: `schedule`). A
 //! joiner serves any chunk as soon as it has verified and written it, and tells others
-//! what it holds through `Have` bitmaps (polled every `have_poll`). The scheduler asks
-//! full sources (existing members) for chunks in a per-joiner rotated order, skipping
-//! chunks some fellow joiner already holds, and asks fellow joiners for what they hold.
+//! what it holds through `Have` bitmaps (polled every `have_poll`, on a connection of their
+//! own so the answer does not queue behind chunks). The scheduler asks full sources
+//! (existing members) for chunks in a per-joiner order (its stripe, then the rest
+//! shuffled), skipping chunks some fellow joiner already holds or is fetching, and asks
+//! fellow joiners for what they hold.
 //! Effect with one existing member S and joiners J0..J2 on equal links of rate L: S's
 //! uplink is split three ways into disjoint stripes (each ~L/3), and each joiner receives
 //! the other two stripes from its peers (~2L/3), so every joiner's downlink runs at about

@@ -5,9 +5,9 @@
 //! - A source is *full* (holds the whole set: an existing member) or *partial* (a fellow
 //!   joiner, whose verified chunks we learn from its `Have` bitmap, polled).
 //! - Full sources are asked in this joiner's stripe order (joiner `j` of `k` owns chunks
-//!   `j·n/k..(j+1)·n/k`, asked from the start; then every other stripe in turn, each from
-//!   its end: [`striped_order`]), skipping chunks a live partial source already holds or is
-//!   fetching.
+//!   `j·n/k..(j+1)·n/k`, asked from the start; then every other chunk in an order of its
+//!   own, shuffled: [`striped_order`]), skipping chunks a live partial source already holds
+//!   or is fetching.
 //!   `j` and `k` are first a guess (the member's place in the rank table), then, once
 //!   every source answered whether it holds the whole set, this joiner's place among the
 //!   sources that do not plus itself (`restripe_once_told`, ordered by address: every
@@ -81,6 +81,9 @@ pub struct Swarm {
     /// The first stripe, `(index, count)`: the member's place in the rank table. `None`:
     /// a start chosen at random.
     pub guess: Option<(usize, usize)>,
+    /// Shuffles the chunks outside this joiner's stripe ([`striped_order`]); random in a
+    /// fetch, fixed in tests.
+    pub seed: u64,
 }
 
 /// Scheduler state of one fetch.
@@ -94,6 +97,7 @@ pub struct Scheduler {
     /// This joiner's address while its stripe is still the first guess; `None` once it
     /// was set from the joiners found (or if it never can be).
     own_until_restriped: Option<IpAddr>,
+    seed: u64,
     remaining: usize,
 }
 
@@ -101,7 +105,7 @@ impl Scheduler {
     /// `n` chunks, `held` already verified locally, fetched from `swarm`'s sources.
     pub fn new(n: usize, held: &ChunkBits, swarm: Swarm) -> Scheduler {
         let order = match swarm.guess {
-            Some((index, count)) => striped_order(n, index, count),
+            Some((index, count)) => striped_order(n, index, count, swarm.seed),
             None => rotated(n, rand::random::<u64>() as usize % n.max(1)),
         };
         let chunks: Vec<_> = (0..n)
@@ -128,6 +132,7 @@ impl Scheduler {
             ],
             addresses: swarm.sources,
             own_until_restriped: swarm.own,
+            seed: swarm.seed,
             remaining,
         }
     }
@@ -163,7 +168,7 @@ impl Scheduler {
             "striping among the joiners found"
         );
         let n = self.chunks.len();
-        self.order = striped_order(n, index, joiners.len());
+        self.order = striped_order(n, index, joiners.len(), self.seed);
         self.own_until_restriped = None;
     }
 
@@ -200,6 +205,17 @@ impl Scheduler {
             }
         }
         b
+    }
+
+    /// Whether the source is alive.
+    pub fn is_live(&self, src: usize) -> bool {
+        self.sources[src].alive
+    }
+
+    /// Whether the source is a live fellow joiner (told to hold part of the set).
+    pub fn is_partial(&self, src: usize) -> bool {
+        let s = &self.sources[src];
+        s.alive && matches!(s.holdings, Holdings::Partial(..))
     }
 
     /// Whether the source is known to hold the whole set.
@@ -337,29 +353,28 @@ fn stripe_start(n: usize, index: usize, count: usize) -> usize {
         .unwrap_or(0)
 }
 
-/// Joiner `index`'s stripe of `count` first, from its start, then every other stripe in
-/// turn, each from its end. A joiner done with its own stripe takes a slower fellow's
-/// chunks from the far end while the fellow works forward from the start, so the two ask
-/// the existing member for the same chunk only where they meet. Taken from the start, the
-/// helper asked for the very chunk the owner asked for next, both within one `Have` poll of
-/// the other: with eight joiners 21 of 128 chunks left the member twice, 19 of them in the
-/// last 3 s of an 11 s sync (per-chunk log of one run; issue 20).
-fn striped_order(n: usize, index: usize, count: usize) -> Vec<usize> {
+/// Joiner `index`'s stripe of `count` first, from its start, then every other chunk in an
+/// order shuffled by `seed` (each joiner its own). A joiner done with its own stripe helps
+/// its fellows, and helpers in one fixed order collide: taken from the next stripe's start,
+/// a helper asked for the very chunk the owner asked for next (21 of 128 chunks left the
+/// member twice with eight joiners); taken from each stripe's end, several helpers reached
+/// a slow owner's stripe end together and asked for the same chunks within 30 ms of each
+/// other, too close for any `Have` poll (14 chunks twice in one run; per-chunk logs,
+/// issue 20). Shuffled, two helpers or a helper and the owner pick the same chunk only by
+/// chance.
+fn striped_order(n: usize, index: usize, count: usize, seed: u64) -> Vec<usize> {
+    use rand::SeedableRng as _;
+    use rand::seq::SliceRandom as _;
     let count = count.clamp(1, n.max(1));
-    let end = |j: usize| {
-        if j + 1 == count {
-            n
-        } else {
-            stripe_start(n, j + 1, count)
-        }
+    let start = stripe_start(n, index % count, count);
+    let end = if index % count + 1 == count {
+        n
+    } else {
+        stripe_start(n, index % count + 1, count)
     };
-    let stripe = |j: usize| stripe_start(n, j, count)..end(j);
-    let own = index % count;
-    let mut order: Vec<usize> = stripe(own).collect();
-    for k in 1..count {
-        order.extend(stripe((own + k) % count).rev());
-    }
-    order
+    let mut others: Vec<usize> = (0..start).chain(end..n).collect();
+    others.shuffle(&mut rand::rngs::StdRng::seed_from_u64(seed));
+    (start..end).chain(others).collect()
 }
 
 /// `0..n` starting at `start` (mod n) and wrapping.
