@@ -60,6 +60,8 @@ pub struct ClusterState {
     pub member_addresses: Option<MemberAddresses>,
     /// Data addresses the node's own link probes find unreachable.
     pub unreachable: Vec<String>,
+    /// How long each condition write takes; its conditions land at its end.
+    pub write_time: Duration,
 }
 
 #[derive(Clone, Default)]
@@ -125,8 +127,16 @@ impl Cluster for FakeCluster {
     }
 
     fn write_conditions(&self, updates: Vec<CondUpdate>) -> BoxFuture<'_, ()> {
-        self.with(|s| s.conditions.extend(updates));
-        async {}.boxed()
+        let took = self.with(|s| s.write_time);
+        if took.is_zero() {
+            self.with(|s| s.conditions.extend(updates));
+            return async {}.boxed();
+        }
+        async move {
+            tokio::time::sleep(took).await;
+            self.with(|s| s.conditions.extend(updates));
+        }
+        .boxed()
     }
 
     fn event(&self, warning: bool, reason: PodReason, message: String) -> BoxFuture<'_, ()> {

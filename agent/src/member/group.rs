@@ -12,11 +12,12 @@
 
 use std::collections::BTreeSet;
 
+use futures::{StreamExt as _, TryStreamExt as _};
 use hcomm_crds::contract::{
     ANNOTATION_DRAIN_REQUESTED, LABEL_GROUP, POD_VERIFIED, POD_WEIGHTS_SYNCED,
 };
 use hcomm_crds::rank_table::KEY_MEMBERS;
-use hcomm_crds::{CommSpec, HcommGroup, ScalingSpec, WeightsSpec};
+use hcomm_crds::{CommSpec, HcommGroup, HcommNode, ScalingSpec, WeightsSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
 use kube::api::ListParams;
@@ -92,6 +93,34 @@ pub async fn fetch_member_pods(
         "list member Pods of {namespace}/{name}"
     )))?;
     Ok(list.items)
+}
+
+/// At most this many `HcommNode` reads in flight for one member. Read one after the
+/// other, a group's nodes cost a joiner one API round trip each on its way to `Verifying`'s
+/// verdict (nine with eight joiners and one member, each slower while they all start);
+/// read all at once, one joiner of a large group would flood the API server.
+const NODE_READS_IN_FLIGHT: usize = 8;
+
+/// Each of `nodes`' `HcommNode`, None where none is published, in `nodes`' order.
+pub async fn fetch_hcomm_nodes(
+    client: &kube::Client,
+    nodes: Vec<String>,
+) -> Result<Vec<(String, Option<HcommNode>)>> {
+    let api: Api<HcommNode> = Api::all(client.clone());
+    futures::stream::iter(nodes)
+        .map(|node| {
+            let api = api.clone();
+            async move {
+                let found = api
+                    .get_opt(&node)
+                    .await
+                    .map_err(Error::kube(format!("get HcommNode {node}")))?;
+                Ok((node, found))
+            }
+        })
+        .buffered(NODE_READS_IN_FLIGHT)
+        .try_collect()
+        .await
 }
 
 /// A rank table as the operator published it: the HCCL table, the epoch it was written

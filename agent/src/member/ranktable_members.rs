@@ -13,10 +13,9 @@ use std::net::IpAddr;
 
 use hcomm_crds::HcommNode;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
 
 use super::ranktable::{ControlPlan, PeerRefusal, RankTable};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The addresses of the nodes running the group's member Pods, by node name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -127,14 +126,11 @@ pub async fn fetch(client: &kube::Client, namespace: &str, group: &str) -> Resul
         .iter()
         .filter_map(|p| p.spec.as_ref()?.node_name.clone())
         .collect();
-    let api: Api<HcommNode> = Api::all(client.clone());
     let mut out = MemberAddresses::default();
-    for node in nodes {
-        match api
-            .get_opt(&node)
-            .await
-            .map_err(Error::kube(format!("get HcommNode {node}")))?
-        {
+    for (node, found) in
+        super::group::fetch_hcomm_nodes(client, nodes.into_iter().collect()).await?
+    {
+        match found {
             Some(n) => out.add_node(&n),
             None => {
                 out.by_node.entry(node).or_default();

@@ -100,15 +100,18 @@ impl Run {
             .or_else(|| self.cfg.socket_ifname.clone());
         // The kubelet, the device plugin and the rank table must agree on the NPUs first,
         // within what is left of the one deadline.
-        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        let begun = tokio::time::Instant::now();
+        let left = until.saturating_duration_since(begun);
         if let Some(failed) = self.check_allocation(&table, left).await {
             return failed;
         }
+        tracing::debug!(took = ?begun.elapsed(), "allocation checked");
         // An `hccl` group's nodes must run one driver and one CANN.
         let left = until.saturating_duration_since(tokio::time::Instant::now());
         if let Some(failed) = self.check_versions(left).await {
             return failed;
         }
+        tracing::debug!(took = ?begun.elapsed(), "versions checked");
         // Any sync an earlier verification began stopped when it failed (see below).
         self.prefetch = None;
         let (passed, nic_passed) = tokio::sync::oneshot::channel();

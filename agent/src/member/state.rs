@@ -272,9 +272,10 @@ pub fn step(phase: &Phase, event: Event) -> (Phase, Vec<Action>) {
         ),
         (P::Syncing, E::WeightsSynced { epoch, message }) => (
             P::Joining { epoch },
+            // The notice first: the condition is then written while the member joins.
             vec![
-                cond(POD_WEIGHTS_SYNCED, true, PodReason::WeightsSynced, message),
                 Action::Notify(WorkerNotice::WeightsReady),
+                cond(POD_WEIGHTS_SYNCED, true, PodReason::WeightsSynced, message),
                 Action::Join { epoch },
             ],
         ),

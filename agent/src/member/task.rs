@@ -30,7 +30,7 @@ const START_RETRY_FIRST: Duration = Duration::from_millis(20);
 
 /// Everything a member task touches outside itself.
 pub struct Ports {
-    pub cluster: Box<dyn Cluster>,
+    pub cluster: Arc<dyn Cluster>,
     pub verifier: Box<dyn Verifier>,
     pub weights: Arc<dyn WeightsSyncer>,
     pub domain: Box<dyn CommDomain>,
@@ -43,7 +43,7 @@ impl Ports {
     /// The production ports of member `spec`.
     pub fn live(ctx: &Arc<Context>, spec: &MemberSpec) -> Ports {
         Ports {
-            cluster: Box::new(KubeCluster::new(ctx.clone(), spec)),
+            cluster: Arc::new(KubeCluster::new(ctx.clone(), spec)),
             verifier: Box::new(NicVerifier(ctx.clone())),
             weights: ctx.weights.clone(),
             domain: Box::new(EngineDomain::new(ctx.clone(), spec)),
@@ -344,44 +344,81 @@ impl Run {
         self.phase = next;
         let mut conds: Vec<CondUpdate> = Vec::new();
         for a in actions {
-            if !matches!(a, Action::Condition(_)) && !conds.is_empty() {
-                let batch = std::mem::take(&mut conds);
-                self.ports.cluster.write_conditions(batch).await;
+            if let Action::Condition(c) = a {
+                conds.push(c);
+                continue;
             }
-            match a {
-                Action::Condition(c) => conds.push(c),
-                Action::Verify => {
-                    let gone = pod_gone(self.spec_rx.clone());
-                    let ev = tokio::select! {
-                        ev = self.verify() => ev,
-                        () = gone => Event::PodGone,
-                    };
-                    queue.push_back(ev);
-                }
-                Action::SyncWeights => queue.push_back(self.sync_weights().await),
-                Action::Join { epoch } => queue.push_back(self.join(epoch).await),
-                Action::AwaitDrain => queue.push_back(self.await_drain().await),
-                Action::Leave => {
-                    self.ports.domain.leave();
-                    if matches!(self.phase, Phase::Leaving { .. }) {
-                        queue.push_back(Event::Left);
-                    }
-                }
-                Action::Notify(n) => self.notify(n),
-                Action::Event {
-                    warning,
-                    reason,
-                    message,
-                } => self.ports.cluster.event(warning, reason, message).await,
-            }
+            let written = write_conditions(self.ports.cluster.clone(), std::mem::take(&mut conds));
+            let next = if runs_beside_its_conditions(&a) {
+                futures::join!(written, self.act(a)).1
+            } else {
+                written.await;
+                self.act(a).await
+            };
+            queue.extend(next);
         }
-        if !conds.is_empty() {
-            self.ports.cluster.write_conditions(conds).await;
-        }
+        write_conditions(self.ports.cluster.clone(), conds).await;
         if let Phase::Failed { .. } = self.phase {
             self.failures += 1;
         } else {
             self.failures = 0;
         }
+    }
+
+    /// Performs `a`; returns the event it ended in, if any.
+    async fn act(&mut self, a: Action) -> Option<Event> {
+        match a {
+            // apply batches them; one alone is written as it comes.
+            Action::Condition(c) => {
+                self.ports.cluster.write_conditions(vec![c]).await;
+                None
+            }
+            Action::Verify => {
+                let gone = pod_gone(self.spec_rx.clone());
+                Some(tokio::select! {
+                    ev = self.verify() => ev,
+                    () = gone => Event::PodGone,
+                })
+            }
+            Action::SyncWeights => Some(self.sync_weights().await),
+            Action::Join { epoch } => Some(self.join(epoch).await),
+            Action::AwaitDrain => Some(self.await_drain().await),
+            Action::Leave => {
+                self.ports.domain.leave();
+                matches!(self.phase, Phase::Leaving { .. }).then_some(Event::Left)
+            }
+            Action::Notify(n) => {
+                self.notify(n);
+                None
+            }
+            Action::Event {
+                warning,
+                reason,
+                message,
+            } => {
+                self.ports.cluster.event(warning, reason, message).await;
+                None
+            }
+        }
+    }
+}
+
+/// Whether `a` may run while the conditions before it are still being written: the steps
+/// of a joiner's way in, whose outcome is written only after both (so the Pod's conditions
+/// keep their order), and which nobody waits to see announced. A member's own later
+/// conditions follow, so running them beside saves the joiner a Pod status write each.
+/// Everything else waits for its conditions: a worker told to drain, an Event or a leave
+/// must come after the Pod says so (the router stops sending on the condition).
+fn runs_beside_its_conditions(a: &Action) -> bool {
+    matches!(
+        a,
+        Action::Verify | Action::SyncWeights | Action::Join { .. }
+    )
+}
+
+/// Writes `conds` to the member's Pod (nothing when empty).
+async fn write_conditions(cluster: Arc<dyn Cluster>, conds: Vec<CondUpdate>) {
+    if !conds.is_empty() {
+        cluster.write_conditions(conds).await;
     }
 }

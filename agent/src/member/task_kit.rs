@@ -121,7 +121,7 @@ impl Kit {
 
     pub fn start(&self) -> JoinHandle<Phase> {
         let ports = Ports {
-            cluster: Box::new(self.cluster.clone()),
+            cluster: Arc::new(self.cluster.clone()),
             verifier: Box::new(self.verifier.clone()),
             weights: Arc::new(self.weights.clone()),
             domain: Box::new(self.domain.clone()),

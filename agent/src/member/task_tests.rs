@@ -17,20 +17,20 @@ use super::weights::SyncFailure;
 use crate::local_api::Notice;
 use hcomm_crds::contract::PodReason;
 
+/// A joiner's condition writes on its way to serving, in the lifecycle's order.
+const JOINER_WRITES: [(&str, bool, PodReason); 4] = [
+    (POD_VERIFIED, true, PodReason::Verified),
+    (POD_WEIGHTS_SYNCED, true, PodReason::WeightsSynced),
+    (POD_JOINED, true, PodReason::Joined),
+    (POD_MEMBER_READY, true, PodReason::MemberReady),
+];
+
 #[tokio::test(start_paused = true)]
 async fn a_member_is_verified_synced_joined_then_opens_the_gate_in_that_order() {
     let kit = Kit::new();
     let task = kit.start();
     kit.until_ready().await;
-    assert_eq!(
-        kit.cluster.writes(),
-        [
-            (POD_VERIFIED, true, PodReason::Verified),
-            (POD_WEIGHTS_SYNCED, true, PodReason::WeightsSynced),
-            (POD_JOINED, true, PodReason::Joined),
-            (POD_MEMBER_READY, true, PodReason::MemberReady),
-        ]
-    );
+    assert_eq!(kit.cluster.writes(), JOINER_WRITES);
     assert_eq!(kit.domain.with(|d| d.serving), Some(1));
     let notices = kit.worker.notices.lock().unwrap().clone();
     assert!(matches!(notices[..], [Notice::WeightsReady { .. }]));
@@ -46,6 +46,31 @@ async fn a_member_is_verified_synced_joined_then_opens_the_gate_in_that_order() 
     assert_eq!(last.weights_path.as_deref(), Some("/w/current"));
     kit.delete_pod();
     assert_eq!(task.await.unwrap(), Phase::Gone);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_joiners_sync_and_join_run_while_the_conditions_before_them_are_written() {
+    let kit = Kit::new();
+    let step = Duration::from_secs(1);
+    kit.cluster.with(|s| s.write_time = step);
+    kit.weights
+        .script
+        .lock()
+        .unwrap()
+        .push_back((step, Ok(synced())));
+    kit.domain.with(|d| d.script.push_back((step, Ok(()))));
+    let started = tokio::time::Instant::now();
+    let _task = kit.start();
+    kit.until_ready().await;
+    // `verified` beside the sync, `weights-synced` beside the join, then `joined` and
+    // `ready` in one write: 3 s. Each write before its step would make it 5 s.
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(3_500), "took {took:?}");
+    assert_eq!(
+        kit.cluster.writes(),
+        JOINER_WRITES,
+        "written in the lifecycle's order"
+    );
 }
 
 #[tokio::test(start_paused = true)]

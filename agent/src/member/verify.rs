@@ -143,10 +143,12 @@ async fn verify_nic(
 ) -> Verified {
     // The table's members are read while the interfaces are (both are API or system
     // reads on the joiner's path); they are used only once the table passed its own checks.
+    let begun = std::time::Instant::now();
     let (inv, members) = futures::join!(
         current_nics(ctx),
         super::ranktable_members::fetch(&ctx.client, &spec.namespace, &spec.group)
     );
+    tracing::debug!(took = ?begun.elapsed(), "interfaces and the table's members read");
     let matcher = match socket_ifname.map(IfnameMatcher::parse).transpose() {
         Ok(m) => m,
         Err(e) => return fail(PodReason::NoDataNic, e.to_string()),
@@ -245,6 +247,7 @@ async fn verify_nic(
         };
         (probes, others)
     };
+    tracing::debug!(took = ?begun.elapsed(), "peers probed");
     let failed: Vec<&str> = probes
         .iter()
         .filter(|p| !p.ok())

@@ -30,11 +30,10 @@ use std::time::Duration;
 
 use hcomm_crds::contract::{ANNOTATION_DRAIN_REQUESTED, PodReason};
 use hcomm_crds::node::UNKNOWN_VERSION;
-use hcomm_crds::{Backend, HcommNode, SoftwareVersions};
+use hcomm_crds::{Backend, SoftwareVersions};
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// One node of the group, as its `HcommNode` says; None: no `HcommNode` (or no status).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,19 +168,14 @@ pub fn member_nodes(pods: &[Pod], me: &str) -> Vec<String> {
 
 /// Each node's `HcommNode` versions (None: not published, or no status yet).
 pub async fn node_versions(client: &kube::Client, nodes: Vec<String>) -> Result<Vec<NodeVersions>> {
-    let api: Api<HcommNode> = Api::all(client.clone());
-    let mut out = Vec::with_capacity(nodes.len());
-    for node in nodes {
-        let found = api
-            .get_opt(&node)
-            .await
-            .map_err(Error::kube(format!("get HcommNode {node}")))?;
-        out.push(NodeVersions {
-            versions: found.and_then(|n| n.status).map(|s| s.software),
+    let found = super::group::fetch_hcomm_nodes(client, nodes).await?;
+    Ok(found
+        .into_iter()
+        .map(|(node, n)| NodeVersions {
+            versions: n.and_then(|n| n.status).map(|s| s.software),
             node,
-        });
-    }
-    Ok(out)
+        })
+        .collect())
 }
 
 /// How long a node without a published `HcommNode` is waited for (its agent starting)

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::timeout;
 
@@ -88,4 +89,23 @@ pub(crate) fn unexpected(src: SocketAddr, r: &Response) -> WeightsError {
         Response::Error(m) => WeightsError::protocol(Some(src), format!("source reported: {m}")),
         _ => WeightsError::protocol(Some(src), "unexpected response"),
     }
+}
+
+/// Writes `bytes` to `src` within `within` (a source that stops reading fails the write
+/// as a named timeout instead of holding the caller).
+pub(crate) async fn send(
+    s: &mut TcpStream,
+    bytes: &[u8],
+    src: SocketAddr,
+    within: Duration,
+    what: &str,
+) -> Result<()> {
+    timeout(within, s.write_all(bytes))
+        .await
+        .map_err(|_| WeightsError::Timeout {
+            what: what.into(),
+            peer: Some(src),
+            after: within,
+        })?
+        .map_err(|e| WeightsError::io(format!("write to {src}"), None, e))
 }

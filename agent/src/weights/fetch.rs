@@ -22,12 +22,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use super::bitset::ChunkBits;
-use super::conn::{open, read_response, unexpected};
+use super::conn::{open, read_response, send, unexpected};
 use super::digest::Digest;
 use super::error::{Result, SourceFailure, Subject, WeightsError, blocking_failed};
 use super::manifest::Manifest;
@@ -134,9 +133,15 @@ async fn fetch_manifest(
     for &src in &req.sources {
         let attempt = async {
             let mut s = open(req, src).await?;
-            s.write_all(&Request::GetManifest(req.manifest_digest).encode())
-                .await
-                .map_err(|e| WeightsError::io(format!("write to {src}"), None, e))?;
+            let ask = Request::GetManifest(req.manifest_digest).encode();
+            send(
+                &mut s,
+                &ask,
+                src,
+                req.timeouts.response,
+                "asking for the manifest",
+            )
+            .await?;
             match read_response(&mut s, src, req.timeouts.response, "the manifest").await? {
                 Response::Manifest { bytes, .. } => {
                     let actual = Digest::of(&bytes);

@@ -8,11 +8,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use tokio::io::AsyncWriteExt;
-use tokio::time::timeout;
-
 use super::bitset::ChunkBits;
-use super::conn::{open, read_response, unexpected};
+use super::conn::{open, read_response, send, unexpected};
 use super::digest::Digest;
 use super::error::{Result, Subject, WeightsError, blocking_failed};
 use super::progress::SyncEvent;
@@ -128,24 +125,6 @@ async fn poll_have_aside(ctx: &Ctx, idx: usize, src: SocketAddr, aside: &AtomicB
     if let Err(e) = r {
         tracing::debug!(source = %src, error = %e, "Have polls on the second connection ended");
     }
-}
-
-/// Writes `bytes` to `src` within `within`.
-async fn send(
-    s: &mut tokio::net::TcpStream,
-    bytes: &[u8],
-    src: SocketAddr,
-    within: std::time::Duration,
-    what: &str,
-) -> Result<()> {
-    timeout(within, s.write_all(bytes))
-        .await
-        .map_err(|_| WeightsError::Timeout {
-            what: what.into(),
-            peer: Some(src),
-            after: within,
-        })?
-        .map_err(|e| WeightsError::io(format!("write to {src}"), None, e))
 }
 
 /// Records a `Have` answer from `src` in the scheduler; returns whether it holds the whole
