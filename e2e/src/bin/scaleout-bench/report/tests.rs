@@ -95,7 +95,7 @@ fn targets_pass_within_the_slack_and_miss_beyond_it() {
     ];
     let lines = report(&a, &[], &results).targets();
     assert!(
-        lines[0].starts_with("**PASS** 2000 Mbit/s, incremental, 1 joiner: 4.50 s against ≤ floor + 0.5 s = 4.79 s (0.29 s to spare)"),
+        lines[0].starts_with("**PASS** 2000 Mbit/s, incremental, 1 joiner: 4.50 s against ≤ line-rate floor + 0.5 s = 4.79 s (0.29 s to spare)"),
         "{}",
         lines[0]
     );
