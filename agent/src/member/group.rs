@@ -101,24 +101,35 @@ pub async fn fetch_member_pods(
 /// read all at once, one joiner of a large group would flood the API server.
 const NODE_READS_IN_FLIGHT: usize = 8;
 
-/// Each of `nodes`' `HcommNode`, None where none is published, in `nodes`' order.
+/// Each of `nodes`' `HcommNode` read, [`NODE_READS_IN_FLIGHT`] at a time, as
+/// `(node, read)` in `nodes`' order; `None` where none is published.
+pub fn read_hcomm_nodes(
+    client: &kube::Client,
+    nodes: Vec<String>,
+) -> impl futures::Stream<Item = (String, Result<Option<HcommNode>>)> + use<> {
+    let api: Api<HcommNode> = Api::all(client.clone());
+    futures::stream::iter(nodes)
+        .map(move |node| {
+            let api = api.clone();
+            async move {
+                let read = api
+                    .get_opt(&node)
+                    .await
+                    .map_err(Error::kube(format!("get HcommNode {node}")));
+                (node, read)
+            }
+        })
+        .buffered(NODE_READS_IN_FLIGHT)
+}
+
+/// Each of `nodes`' `HcommNode`, None where none is published, in `nodes`' order; the
+/// first failed read fails all.
 pub async fn fetch_hcomm_nodes(
     client: &kube::Client,
     nodes: Vec<String>,
 ) -> Result<Vec<(String, Option<HcommNode>)>> {
-    let api: Api<HcommNode> = Api::all(client.clone());
-    futures::stream::iter(nodes)
-        .map(|node| {
-            let api = api.clone();
-            async move {
-                let found = api
-                    .get_opt(&node)
-                    .await
-                    .map_err(Error::kube(format!("get HcommNode {node}")))?;
-                Ok((node, found))
-            }
-        })
-        .buffered(NODE_READS_IN_FLIGHT)
+    read_hcomm_nodes(client, nodes)
+        .map(|(node, read)| read.map(|found| (node, found)))
         .try_collect()
         .await
 }

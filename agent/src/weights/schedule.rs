@@ -366,11 +366,12 @@ fn striped_order(n: usize, index: usize, count: usize, seed: u64) -> Vec<usize> 
     use rand::SeedableRng as _;
     use rand::seq::SliceRandom as _;
     let count = count.clamp(1, n.max(1));
-    let start = stripe_start(n, index % count, count);
-    let end = if index % count + 1 == count {
+    let own = index % count;
+    let start = stripe_start(n, own, count);
+    let end = if own + 1 == count {
         n
     } else {
-        stripe_start(n, index % count + 1, count)
+        stripe_start(n, own + 1, count)
     };
     let mut others: Vec<usize> = (0..start).chain(end..n).collect();
     others.shuffle(&mut rand::rngs::StdRng::seed_from_u64(seed));

@@ -71,14 +71,11 @@ async fn poll_have_aside(ctx: &Ctx, idx: usize, src: SocketAddr, aside: &AtomicB
     // Only fellow joiners are polled: a source is one once its first answer (on the chunk
     // connection) said it holds part of the set.
     loop {
-        {
-            let sched = ctx.sched.lock().expect("scheduler lock");
-            if sched.is_done() || !sched.is_live(idx) {
-                return;
-            }
-            if sched.is_partial(idx) {
-                break;
-            }
+        if polls_over(ctx, idx) {
+            return;
+        }
+        if ctx.sched.lock().expect("scheduler lock").is_partial(idx) {
+            break;
         }
         tokio::select! {
             _ = ctx.changed.notified() => {}
@@ -95,11 +92,8 @@ async fn poll_have_aside(ctx: &Ctx, idx: usize, src: SocketAddr, aside: &AtomicB
     aside.store(true, Ordering::Relaxed);
     let polled = async {
         loop {
-            {
-                let sched = ctx.sched.lock().expect("scheduler lock");
-                if sched.is_done() || !sched.is_live(idx) {
-                    return Ok(());
-                }
+            if polls_over(ctx, idx) {
+                return Ok(());
             }
             let ask = Request::Have(ctx.req.manifest_digest).encode();
             send(
@@ -125,6 +119,12 @@ async fn poll_have_aside(ctx: &Ctx, idx: usize, src: SocketAddr, aside: &AtomicB
     if let Err(e) = r {
         tracing::debug!(source = %src, error = %e, "Have polls on the second connection ended");
     }
+}
+
+/// Whether the `Have` polls of source `idx` are over: the fetch is done or the source lost.
+fn polls_over(ctx: &Ctx, idx: usize) -> bool {
+    let sched = ctx.sched.lock().expect("scheduler lock");
+    sched.is_done() || !sched.is_live(idx)
 }
 
 /// Records a `Have` answer from `src` in the scheduler; returns whether it holds the whole

@@ -6,8 +6,8 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use futures::FutureExt;
 use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt as _};
 use hcomm_crds::HcommNode;
 use hcomm_crds::contract::LABEL_GROUP;
 use k8s_openapi::api::core::v1::Pod;
@@ -105,14 +105,13 @@ impl NpuNetwork for HccnNetwork {
                 Some((namespace, group)) => group_nodes(client, namespace, group, deadline).await,
                 None => peers.to_vec(),
             };
-            let api: Api<HcommNode> = Api::all(client.clone());
-            let mut nodes = Vec::new();
-            for name in &names {
-                if let Ok(Ok(Some(n))) = tokio::time::timeout_at(deadline, api.get_opt(name)).await
-                {
-                    nodes.push(n);
-                }
-            }
+            // The nodes read by the deadline; one that cannot be read is left out.
+            let reads = crate::member::group::read_hcomm_nodes(client, names)
+                .take_until(tokio::time::sleep_until(deadline));
+            let nodes: Vec<HcommNode> = reads
+                .filter_map(|(_, read)| std::future::ready(read.ok().flatten()))
+                .collect()
+                .await;
             let mut out = Vec::new();
             for peer in peers {
                 let Some(n) = node_of(&nodes, peer) else {

@@ -108,7 +108,7 @@ pub(super) struct SetState {
 impl WeightSet {
     /// Writes a verified chunk at every place it occurs, then marks it held. Blocking.
     pub(crate) fn write_chunk(&self, index: usize, data: &[u8]) -> Result<()> {
-        let (files, direct, dir) = {
+        let (files, mut direct, dir) = {
             let st = self.state.lock().expect("set lock");
             if st.complete || st.verified.get(index) {
                 return Ok(());
@@ -122,6 +122,10 @@ impl WeightSet {
                 .map_err(io_at("write", &dir.join(&self.manifest.files[file].path)))?;
             if refused {
                 tracing::debug!(file = %self.manifest.files[file].path, "O_DIRECT write refused; this file goes through the page cache");
+                // This chunk's other places in the file too, and every later chunk's.
+                if let Some(d) = direct.get_mut(file) {
+                    *d = None;
+                }
                 if let Some(d) = self.state.lock().expect("set lock").direct.get_mut(file) {
                     *d = None;
                 }
