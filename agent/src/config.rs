@@ -212,8 +212,9 @@ pub struct Context {
     /// joins and dropped when it ends, so peers that left the table are no longer probed.
     pub member_peers: Mutex<std::collections::BTreeMap<String, Vec<(String, String)>>>,
     /// The groups, as (namespace, group), with a member Pod on this node; None until the
-    /// member driver has listed the node's Pods once. Weights cleanup removes the link of
-    /// a group that has had none here for its grace.
+    /// member driver has listed the node's Pods once. These are the groups the agent
+    /// watches ([`crate::member::nudge::watch_groups`]); weights cleanup removes the link
+    /// of a group that has had none here for its grace.
     pub groups_here: tokio::sync::watch::Sender<Option<BTreeSet<(String, String)>>>,
     /// Wakes a group's member tasks when its HcommGroup changes.
     pub nudges: crate::member::nudge::GroupNudges,

@@ -222,7 +222,10 @@ pub async fn run(cfg: AgentConfig) -> Result<()> {
     let health_task = tokio::spawn(crate::health::probe_loop(ctx.clone()));
     let group_watch = tokio::spawn({
         let ctx = ctx.clone();
-        async move { crate::member::nudge::watch_groups(ctx.client.clone(), &ctx.nudges).await }
+        async move {
+            let here = ctx.groups_here.subscribe();
+            crate::member::nudge::watch_groups(ctx.client.clone(), &ctx.nudges, here).await
+        }
     });
     let driver = tokio::spawn(crate::member::driver::run(ctx.clone(), stopped()));
 

@@ -1,7 +1,8 @@
 //! The member driver: watches the Pods on this node (field selector `spec.nodeName`) that
 //! carry `hcomm.io/group`, and runs one [`super::task::run_member`] per member, feeding it
 //! the Pod's latest [`MemberSpec`] (None once the Pod is deleted), and publishes which
-//! groups have a member here ([`Context::groups_here`], for weights cleanup). Malformed
+//! groups have a member here ([`Context::groups_here`], for the group watches and weights
+//! cleanup). Malformed
 //! Pods are skipped, not fatal.
 //!
 //! When the agent stops, its member tasks are aborted, not told their Pods are gone: the
