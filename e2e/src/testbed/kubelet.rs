@@ -23,10 +23,9 @@
 //!
 //! One kubelet per node, as on a cluster: each watches only the Pods bound to its node
 //! (the field selector a kubelet uses) and admits and starts them one after another, while
-//! the nodes go on side by side. One loop for every node would admit eight Pods on eight
-//! nodes one after the other — each admission is two API writes (the plugin's annotation,
-//! the finalizer) — so a group's last joiner would start ~0.4 s after its first, a delay no
-//! cluster has.
+//! the nodes go on side by side. One loop for every node admitted eight Pods on eight
+//! nodes one after the other — each admission two API writes (the plugin's annotation, the
+//! finalizer) — a queue in front of a scale-out's allocations that no cluster has.
 //!
 //! Size: the whole Pod lifecycle of the process kubelet, start to cleanup, in one place.
 
