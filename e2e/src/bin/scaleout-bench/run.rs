@@ -138,6 +138,8 @@ pub async fn run_one(
     clock.say(format!("{group}: kubectl scale --replicas={}", 1 + k));
     let t0 = Instant::now();
     bed.scale(&group, (1 + k) as u32)?;
+    // Part of the time measured, as for a user: kubectl's start, discovery and the write.
+    let kubectl_s = t0.elapsed().as_secs_f64();
     // Looked at every 20 ms: the clock stops at most that late.
     let after = bed
         .wait_pool_ready_polling(NS, &group, 1 + k, args.timeout(), Duration::from_millis(20))
@@ -200,6 +202,16 @@ pub async fn run_one(
         .and_then(|b| timeline.member(&b.name)?.drain_requested)
         .filter(|d| *d >= start);
     let first_ready = marks.iter().filter_map(|m| m.ready).min();
+    // The last joiner's readiness gate as the Pod watch saw it; the clock stopped later,
+    // when the group's status counted it Ready too and a poll looked.
+    if let Some(last) = marks.iter().filter_map(|m| m.ready).max() {
+        clock.say(format!(
+            "{group}: kubectl scale took {:.3} s; the last joiner's member-ready seen at {:.3} s, the group Ready at {:.3} s",
+            kubectl_s,
+            last.saturating_sub(start).as_secs_f64(),
+            elapsed.as_secs_f64()
+        ));
+    }
     let outage_s = match (old_gate_off, first_ready) {
         (Some(off), Some(on)) => on.saturating_sub(off).as_secs_f64(),
         _ => 0.0,
