@@ -42,6 +42,7 @@ pub mod revision_history;
 pub mod status;
 pub mod status_written;
 pub mod telemetry;
+pub mod trim;
 pub mod watches;
 
 use std::sync::Arc;
@@ -234,6 +235,7 @@ pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
         pod_writer,
         watcher(pods, watcher::Config::default().labels(LABEL_GROUP))
             .default_backoff()
+            .modify(trim::object)
             .inspect_ok(move |event| pod_index_writer.apply(event)),
     )
     .touched_objects();
@@ -244,7 +246,9 @@ pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
     let (node_store, node_writer) = reflector::store();
     let node_changes = reflector::reflector(
         node_writer,
-        watcher(nodes, watcher::Config::default()).default_backoff(),
+        watcher(nodes, watcher::Config::default())
+            .default_backoff()
+            .modify(trim::object),
     )
     .applied_objects()
     .filter_map(move |node| {
@@ -256,7 +260,9 @@ pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
     let (kube_node_store, kube_node_writer) = reflector::store();
     let cordon_changes = reflector::reflector(
         kube_node_writer,
-        watcher(Api::<Node>::all(client), watcher::Config::default()).default_backoff(),
+        watcher(Api::<Node>::all(client), watcher::Config::default())
+            .default_backoff()
+            .modify(trim::node),
     )
     .applied_objects()
     .filter_map(move |node| {
@@ -273,7 +279,8 @@ pub async fn controller(ctx: Arc<Context>, on_synced: impl Fn(bool)) {
             tables,
             watcher::Config::default().labels(&rank_table_selector()),
         )
-        .default_backoff(),
+        .default_backoff()
+        .modify(trim::object),
     )
     .filter_map(move |event| {
         let foreign = match event {
