@@ -2,8 +2,7 @@
 //! carry `hcomm.io/group`, and runs one [`super::task::run_member`] per member, feeding it
 //! the Pod's latest [`MemberSpec`] (None once the Pod is deleted), and publishes which
 //! groups have a member here ([`Context::groups_here`], for the group watches and weights
-//! cleanup). Malformed
-//! Pods are skipped, not fatal.
+//! cleanup). Malformed Pods are skipped, not fatal.
 //!
 //! When the agent stops, its member tasks are aborted, not told their Pods are gone: the
 //! Pods keep running (a new agent adopts them), so nothing a Pod's end undoes — its socket
