@@ -24,6 +24,7 @@ pub fn node(node: &mut Node) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hcomm_crds::contract::ascend::RESOURCE_ASCEND910;
     use k8s_openapi::api::core::v1::{ContainerImage, NodeSpec, NodeStatus};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
@@ -44,7 +45,7 @@ mod tests {
             }),
             status: Some(NodeStatus {
                 allocatable: Some(BTreeMap::from([(
-                    "huawei.com/Ascend910".into(),
+                    RESOURCE_ASCEND910.into(),
                     Quantity("8".into()),
                 )])),
                 images: Some(vec![ContainerImage {
@@ -59,7 +60,7 @@ mod tests {
         let status = n.status.as_ref().unwrap();
         assert_eq!(status.images, None);
         assert_eq!(
-            crate::observe::allocatable([&n], "huawei.com/Ascend910").get("node-1"),
+            crate::observe::allocatable([&n], RESOURCE_ASCEND910).get("node-1"),
             Some(&8)
         );
         assert!(crate::disruption::is_cordoned(&n));
