@@ -29,10 +29,9 @@ use super::group::{
 use super::ports::{
     Allocations, Clock, Cluster, CommDomain, JoinError, JoinSpec, Verifier, Worker,
 };
-use super::ranktable::RankTable;
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
-use super::verify::{NicPassed, Verified, verify};
+use super::verify::{Against, NicPassed, Verified, verify};
 use super::versions_check::{NodeVersions, member_nodes, node_versions};
 use crate::config::Context;
 use crate::error::{Error, Result};
@@ -220,11 +219,22 @@ impl Cluster for KubeCluster {
         .boxed()
     }
 
-    fn member_addresses(&self) -> BoxFuture<'_, Result<super::ranktable_members::MemberAddresses>> {
-        bounded(
-            "read the members' node addresses",
-            super::ranktable_members::fetch(&self.ctx.client, &self.namespace, &self.group),
-        )
+    fn member_addresses(
+        &self,
+        table_revision: Option<String>,
+    ) -> BoxFuture<'_, Result<super::ranktable_members::MemberAddresses>> {
+        async move {
+            bounded(
+                "read the members' node addresses",
+                super::ranktable_members::fetch(
+                    &self.ctx.client,
+                    &self.namespace,
+                    &self.group,
+                    table_revision.as_deref(),
+                ),
+            )
+            .await
+        }
         .boxed()
     }
 
@@ -263,13 +273,13 @@ impl Verifier for NicVerifier {
         spec: &'a MemberSpec,
         socket_ifname: Option<&'a str>,
         connect_timeout: Duration,
-        table: &'a RankTable,
+        against: Against<'a>,
         nic_passed: Option<NicPassed>,
     ) -> BoxFuture<'a, Verified> {
         async move {
             // Without the group's secret the member can neither join its domain nor fetch
             // its weights: refuse it here, with the reason that names the cause.
-            if let Some(v) = secret_missing(&self.0, spec).await {
+            if let Some(v) = secret_missing(&self.0, spec, against.group_uid).await {
                 return v;
             }
             let v = verify(
@@ -277,7 +287,7 @@ impl Verifier for NicVerifier {
                 spec,
                 socket_ifname,
                 connect_timeout,
-                table,
+                against,
                 nic_passed,
             )
             .await;
@@ -290,14 +300,10 @@ impl Verifier for NicVerifier {
     }
 }
 
-/// `Some(refusal)` when the member's group secret cannot be had (`GroupSecretMissing`).
-async fn secret_missing(ctx: &Context, spec: &MemberSpec) -> Option<Verified> {
-    let uid = match fetch_group(&ctx.client, &spec.namespace, &spec.group).await {
-        Ok(g) => g.uid,
-        // Reading the group is the member task's business (it retries); not this check's.
-        Err(_) => return None,
-    };
-    let id = GroupId::new(&spec.namespace, &spec.group, &uid);
+/// `Some(refusal)` when the secret of the member's group (`group_uid`, as the member
+/// task read the group just before) cannot be had (`GroupSecretMissing`).
+async fn secret_missing(ctx: &Context, spec: &MemberSpec, group_uid: &str) -> Option<Verified> {
+    let id = GroupId::new(&spec.namespace, &spec.group, group_uid);
     let e = ctx.group_secrets.secret(&id).await.err()?;
     Some(Verified {
         verdict: Verdict {

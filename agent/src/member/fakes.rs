@@ -24,7 +24,7 @@ use super::ranktable::{RankTable, plan};
 use super::ranktable_members::MemberAddresses;
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
-use super::verify::{NicPassed, NpuSite, Verified, with_npu_check};
+use super::verify::{Against, NicPassed, NpuSite, Verified, with_npu_check};
 use super::versions_check::NodeVersions;
 use super::weights::{SyncFailure, SyncFuture, WeightsOutcome, WeightsRequest, WeightsSyncer};
 use crate::ascend::hccn::conf::{self, HccnConf};
@@ -62,6 +62,11 @@ pub struct ClusterState {
     pub unreachable: Vec<String>,
     /// How long each condition write takes; its conditions land at its end.
     pub write_time: Duration,
+    /// The rank-table ConfigMap's `resourceVersion`.
+    pub table_revision: Option<String>,
+    /// The table revision each read of the members' addresses was asked to be no older
+    /// than, in order: verifications' and joins' alike.
+    pub member_reads_at: Vec<Option<String>>,
 }
 
 #[derive(Clone, Default)]
@@ -110,6 +115,7 @@ impl Cluster for FakeCluster {
                 table,
                 epoch,
                 members: s.members.clone(),
+                revision: s.table_revision.clone(),
             })
         });
         async move {
@@ -149,8 +155,12 @@ impl Cluster for FakeCluster {
         async move { Ok(v) }.boxed()
     }
 
-    fn member_addresses(&self) -> BoxFuture<'_, Result<MemberAddresses>> {
+    fn member_addresses(
+        &self,
+        table_revision: Option<String>,
+    ) -> BoxFuture<'_, Result<MemberAddresses>> {
         let m = self.with(|s| {
+            s.member_reads_at.push(table_revision);
             s.member_addresses.clone().unwrap_or_else(|| {
                 let mut m = MemberAddresses::default();
                 for server in s.table.iter().flat_map(|(t, _)| t.servers()) {
@@ -192,7 +202,12 @@ pub struct FakeVerifier {
     pub npu: Option<FakeNpu>,
     /// When set, `backend: hccl`'s runtime is missing with this message (tcp needs none).
     pub hccl_missing: Arc<Mutex<Option<String>>>,
+    /// The table revision and group UID of each verification, in order.
+    pub verified_against: Arc<Mutex<Vec<VerifiedAgainst>>>,
 }
+
+/// What one verification was given besides the table: (table revision, group UID).
+pub type VerifiedAgainst = (Option<String>, String);
 
 impl Verifier for FakeVerifier {
     fn backend_runtime(
@@ -214,9 +229,14 @@ impl Verifier for FakeVerifier {
         spec: &'a MemberSpec,
         _socket_ifname: Option<&'a str>,
         connect_timeout: Duration,
-        table: &'a RankTable,
+        against: Against<'a>,
         nic_passed: Option<NicPassed>,
     ) -> BoxFuture<'a, Verified> {
+        let table = against.table;
+        lock(&self.verified_against).push((
+            against.table_revision.map(str::to_owned),
+            against.group_uid.to_owned(),
+        ));
         let script = lock(&self.script).pop_front().unwrap_or(VerifyScript::Pass);
         let nic = async move {
             let fail = |reason: PodReason| Verified {

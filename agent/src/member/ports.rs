@@ -28,11 +28,11 @@ use tokio::sync::watch;
 
 use super::domain::DomainConfig;
 use super::group::{GroupView, PublishedTable};
-use super::ranktable::{ControlPlan, RankTable};
+use super::ranktable::ControlPlan;
 use super::ranktable_members::MemberAddresses;
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
-use super::verify::{NicPassed, Verified};
+use super::verify::{Against, NicPassed, Verified};
 use super::versions_check::NodeVersions;
 use crate::error::Result;
 use crate::local_api::{Assignment, Notice};
@@ -56,7 +56,12 @@ pub trait Cluster: Send + Sync {
     /// The addresses the `HcommNode`s of the nodes running the group's member Pods
     /// publish: what every rank table's servers are checked against before a join
     /// (see [`super::ranktable_members`]).
-    fn member_addresses(&self) -> BoxFuture<'_, Result<MemberAddresses>>;
+    /// `table_revision` is the `resourceVersion` of the table to be checked: the members
+    /// are read no older than it.
+    fn member_addresses(
+        &self,
+        table_revision: Option<String>,
+    ) -> BoxFuture<'_, Result<MemberAddresses>>;
     /// The data addresses this node's own link probes find unreachable in their last
     /// round (first-hand: this agent's probes, not another node's word).
     fn unreachable_peers(&self) -> Vec<String>;
@@ -72,7 +77,7 @@ pub trait Verifier: Send + Sync {
         spec: &'a MemberSpec,
         socket_ifname: Option<&'a str>,
         connect_timeout: Duration,
-        table: &'a RankTable,
+        against: Against<'a>,
         nic_passed: Option<NicPassed>,
     ) -> BoxFuture<'a, Verified>;
 }

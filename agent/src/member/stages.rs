@@ -18,6 +18,7 @@ use super::prefetch::Prefetch;
 use super::ranktable::{ControlPlan, PeerRefusal, RankTable};
 use super::state::{Event, WorkerNotice};
 use super::task::{Run, pod_gone};
+use super::verify::Against;
 use super::weights::WeightsRequest;
 use crate::local_api::{Assignment, Notice};
 use crate::nic::Chosen;
@@ -115,11 +116,16 @@ impl Run {
         // Any sync an earlier verification began stopped when it failed (see below).
         self.prefetch = None;
         let (passed, nic_passed) = tokio::sync::oneshot::channel();
+        let against = Against {
+            table: &table,
+            table_revision: self.table_revision.as_deref(),
+            group_uid: &self.group.uid,
+        };
         let checked = self.ports.verifier.verify(
             &self.spec,
             ifname.as_deref(),
             timeout,
-            &table,
+            against,
             Some(passed),
         );
         let (checked, prefetch) = self
@@ -405,7 +411,7 @@ impl Run {
         let members = self
             .ports
             .cluster
-            .member_addresses()
+            .member_addresses(self.table_revision.clone())
             .await
             .map_err(|e| PeerRefusal::MembersUnknown(e.to_string()))?;
         let rules = super::ranktable_members::PeerRules::from_config(&self.cfg);

@@ -63,6 +63,8 @@ pub(super) struct Run {
     pub(super) phase: Phase,
     pub(super) group: GroupView,
     pub(super) table: Option<(RankTable, u64)>,
+    /// The `resourceVersion` the last table read came at (see [`super::group::PublishedTable::revision`]).
+    pub(super) table_revision: Option<String>,
     /// The member Pods the last table read was written for (None: it named none).
     pub(super) listed: Option<std::collections::BTreeSet<String>>,
     pub(super) chosen: Option<Chosen>,
@@ -121,6 +123,7 @@ pub async fn drive(
         phase: Phase::Pending,
         group: GroupView::default(),
         table: None,
+        table_revision: None,
         listed: None,
         chosen: None,
         plan: None,
@@ -331,6 +334,7 @@ impl Run {
         self.group = group?;
         let published = published?;
         self.table = Some((published.table, published.epoch));
+        self.table_revision = published.revision;
         self.listed = published.members;
         Ok(())
     }

@@ -90,6 +90,7 @@ impl Kit {
                 script: Default::default(),
                 npu: None,
                 hccl_missing: Default::default(),
+                verified_against: Default::default(),
             },
             weights: FakeWeights::default(),
             domain: FakeDomain::default(),

@@ -49,6 +49,26 @@ async fn a_member_is_verified_synced_joined_then_opens_the_gate_in_that_order() 
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_table_is_checked_against_members_read_no_older_than_the_table_itself() {
+    // A member listed before the table was written may lack the Pods the table names;
+    // one read no older than the table's revision has them all (`group::fetch_member_pods_at`).
+    let kit = Kit::new();
+    kit.cluster.with(|s| {
+        s.table_revision = Some("4711".into());
+        s.group.uid = "uid-of-g".into();
+    });
+    let task = kit.start();
+    kit.until_ready().await;
+    let verified = kit.verifier.verified_against.lock().unwrap().clone();
+    assert_eq!(verified, [(Some("4711".to_owned()), "uid-of-g".to_owned())]);
+    // The join checks the table again, against members read no older than it.
+    let reads = kit.cluster.with(|s| s.member_reads_at.clone());
+    assert_eq!(reads, [Some("4711".to_owned())]);
+    kit.delete_pod();
+    assert_eq!(task.await.unwrap(), Phase::Gone);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_joiners_sync_and_join_run_while_the_conditions_before_them_are_written() {
     let kit = Kit::new();
     let step = Duration::from_secs(1);

@@ -46,6 +46,17 @@ fn fail(reason: PodReason, message: String) -> Verified {
     }
 }
 
+/// What a verification checks the member against: the rank table and the group as the
+/// member read them just before (so the verification need not read them again).
+#[derive(Debug, Clone, Copy)]
+pub struct Against<'a> {
+    pub table: &'a RankTable,
+    /// The table ConfigMap's `resourceVersion` ([`super::group::PublishedTable::revision`]).
+    pub table_revision: Option<&'a str>,
+    /// The group's UID, which names its secret.
+    pub group_uid: &'a str,
+}
+
 /// Verifies a member against its group's rank table: the data NIC and the node's facts,
 /// and the NPU network through this node's `hccn_tool`.
 pub async fn verify(
@@ -53,16 +64,17 @@ pub async fn verify(
     spec: &MemberSpec,
     socket_ifname: Option<&str>,
     connect_timeout: Duration,
-    table: &RankTable,
+    against: Against<'_>,
     nic_passed: Option<NicPassed>,
 ) -> Verified {
+    let table = against.table;
     let timeout = ctx
         .cfg
         .verify_timeout_cap
         .map_or(connect_timeout, |c| c.min(connect_timeout));
     let npu = HccnNetwork::new(ctx).with_group(&spec.namespace, &spec.group);
     let data_ip = ctx.cfg.data_address.map(|a| a.to_string());
-    let nic = verify_nic(ctx, spec, socket_ifname, connect_timeout, table);
+    let nic = verify_nic(ctx, spec, socket_ifname, connect_timeout, against);
     let site = NpuSite {
         node: &ctx.cfg.node_name,
         data_ip: data_ip.as_deref(),
@@ -126,7 +138,9 @@ pub async fn with_npu_check(
 /// there again and refused again until the next refresh. The fresh list also updates the
 /// cache; when `ip` cannot be run the cached list stands.
 async fn current_nics(ctx: &Context) -> crate::inventory::Inventory {
+    let begun = std::time::Instant::now();
     let nics = crate::inventory::nics::collect(&ctx.cfg.sources.sysfs_net).await;
+    tracing::debug!(took = ?begun.elapsed(), "interfaces read");
     let mut cached = ctx.inventory.write().await;
     if !nics.is_empty() {
         cached.nics = nics;
@@ -139,14 +153,20 @@ async fn verify_nic(
     spec: &MemberSpec,
     socket_ifname: Option<&str>,
     connect_timeout: Duration,
-    table: &RankTable,
+    against: Against<'_>,
 ) -> Verified {
+    let table = against.table;
     // The table's members are read while the interfaces are (both are API or system
     // reads on the joiner's path); they are used only once the table passed its own checks.
     let begun = std::time::Instant::now();
     let (inv, members) = futures::join!(
         current_nics(ctx),
-        super::ranktable_members::fetch(&ctx.client, &spec.namespace, &spec.group)
+        super::ranktable_members::fetch(
+            &ctx.client,
+            &spec.namespace,
+            &spec.group,
+            against.table_revision
+        )
     );
     tracing::debug!(took = ?begun.elapsed(), "interfaces and the table's members read");
     let matcher = match socket_ifname.map(IfnameMatcher::parse).transpose() {

@@ -168,7 +168,8 @@ pub fn member_nodes(pods: &[Pod], me: &str) -> Vec<String> {
 
 /// Each node's `HcommNode` versions (None: not published, or no status yet).
 pub async fn node_versions(client: &kube::Client, nodes: Vec<String>) -> Result<Vec<NodeVersions>> {
-    let found = super::group::fetch_hcomm_nodes(client, nodes).await?;
+    let found =
+        super::group::fetch_hcomm_nodes(client, nodes, super::group::ReadAt::Latest).await?;
     Ok(found
         .into_iter()
         .map(|(node, n)| NodeVersions {

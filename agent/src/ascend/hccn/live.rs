@@ -106,8 +106,12 @@ impl NpuNetwork for HccnNetwork {
                 None => peers.to_vec(),
             };
             // The nodes read by the deadline; one that cannot be read is left out.
-            let reads = crate::member::group::read_hcomm_nodes(client, names)
-                .take_until(tokio::time::sleep_until(deadline));
+            let reads = crate::member::group::read_hcomm_nodes(
+                client,
+                names,
+                crate::member::group::ReadAt::Latest,
+            )
+            .take_until(tokio::time::sleep_until(deadline));
             let nodes: Vec<HcommNode> = reads
                 .filter_map(|(_, read)| std::future::ready(read.ok().flatten()))
                 .collect()
