@@ -14,6 +14,7 @@ use futures::future::BoxFuture;
 use hcomm_crds::HcommGroup;
 use kube::Api;
 
+use super::group::{ReadAt, get_opt_at};
 use crate::group_secrets::SecretLookup;
 use crate::weights::{Authority, Digest, Grant, GroupId, GroupSecret};
 
@@ -79,10 +80,7 @@ impl Authority for KubeAuthority {
                 return Err("no group named".into());
             }
             let api: Api<HcommGroup> = Api::namespaced(self.client.clone(), &group.namespace);
-            let stored = tokio::time::timeout(READ_TIMEOUT, api.get_opt(&group.name))
-                .await
-                .map_err(|_| format!("reading the HcommGroup took over {READ_TIMEOUT:?}"))?
-                .map_err(|e| format!("reading the HcommGroup: {e}"))?;
+            let stored = stored_group(group, |at| read_group(&api, &group.name, at)).await?;
             // The UID first: a stale client learns nothing about the secret lookup.
             grant_for(group, stored.as_ref(), GroupSecret::new(Vec::new()))?;
             let secret = self
@@ -93,6 +91,35 @@ impl Authority for KubeAuthority {
             grant_for(group, stored.as_ref(), secret)
         })
     }
+}
+
+/// The client's group as stored, read from the API server's cache first: every connection
+/// asks this before the client has proven anything, and a consistent read of the group
+/// under a scale-out's burst of writes cost each joiner's connections tens of ms. The
+/// cache feeds the operator too, so it shows the group at least as new as the one the
+/// joiner was created for; only a copy that would refuse the client is read again at the
+/// latest (a group created or re-created moments ago is not refused for the cache's delay).
+async fn stored_group<F, R>(group: &GroupId, read: F) -> Result<Option<HcommGroup>, String>
+where
+    F: Fn(ReadAt) -> R,
+    R: std::future::Future<Output = Result<Option<HcommGroup>, String>>,
+{
+    let cached = read(ReadAt::Cache).await?;
+    if grant_for(group, cached.as_ref(), GroupSecret::new(Vec::new())).is_ok() {
+        return Ok(cached);
+    }
+    read(ReadAt::Latest).await
+}
+
+async fn read_group(
+    api: &Api<HcommGroup>,
+    name: &str,
+    at: ReadAt,
+) -> Result<Option<HcommGroup>, String> {
+    tokio::time::timeout(READ_TIMEOUT, get_opt_at(api, name, &at))
+        .await
+        .map_err(|_| format!("reading the HcommGroup took over {READ_TIMEOUT:?}"))?
+        .map_err(|e| format!("reading the HcommGroup: {e}"))
 }
 
 #[cfg(test)]
@@ -137,5 +164,41 @@ mod tests {
         assert!(e.contains("u2") && e.contains("deleted"), "{e}");
         let e = grant_for(&GroupId::default(), Some(&stored("u1", None)), s).unwrap_err();
         assert!(e.contains("no group"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn the_cached_group_serves_unless_it_would_refuse_then_the_latest_decides() {
+        let client = GroupId::new("a", "g", "uid-2");
+        let reads = std::sync::Mutex::new(Vec::new());
+        // The cache holds the group's previous incarnation; the latest read the new one.
+        let read = |at: ReadAt| {
+            reads.lock().unwrap().push(at.clone());
+            let uid = if at == ReadAt::Cache {
+                "uid-1"
+            } else {
+                "uid-2"
+            };
+            std::future::ready(Ok(Some(stored(uid, None))))
+        };
+        let g = stored_group(&client, read).await.unwrap().unwrap();
+        assert_eq!(g.metadata.uid.as_deref(), Some("uid-2"));
+        assert_eq!(*reads.lock().unwrap(), [ReadAt::Cache, ReadAt::Latest]);
+        // A cached copy that grants is the answer: one read.
+        reads.lock().unwrap().clear();
+        let read = |at: ReadAt| {
+            reads.lock().unwrap().push(at.clone());
+            std::future::ready(Ok(Some(stored("uid-2", None))))
+        };
+        stored_group(&client, read).await.unwrap();
+        assert_eq!(*reads.lock().unwrap(), [ReadAt::Cache]);
+        // Not in the cache (created moments ago) and not at the latest either: refused later
+        // by `grant_for`, after both reads.
+        reads.lock().unwrap().clear();
+        let read = |at: ReadAt| {
+            reads.lock().unwrap().push(at.clone());
+            std::future::ready(Ok(None))
+        };
+        assert!(stored_group(&client, read).await.unwrap().is_none());
+        assert_eq!(*reads.lock().unwrap(), [ReadAt::Cache, ReadAt::Latest]);
     }
 }
