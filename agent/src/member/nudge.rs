@@ -1,4 +1,5 @@
-//! Wakes a group's member tasks on this node as soon as its `HcommGroup` changes.
+//! Wakes a group's member tasks on this node as soon as its `HcommGroup` or its rank
+//! table changes.
 //!
 //! A member learns of a new epoch (a joiner to admit, a leaver to let go) by re-reading the
 //! group and its rank table. Polling alone costs every scale a poll interval (2 s by
@@ -20,7 +21,10 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use hcomm_crds::HcommGroup;
+use hcomm_crds::rank_table::config_map_name;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::runtime::watcher;
 use tokio::sync::{mpsc, watch};
@@ -116,30 +120,54 @@ async fn follow_groups(
     }
 }
 
-/// Watches `HcommGroup` `key` alone (a field selector on its name) and sends `key` on
-/// every version of it, the first included: a change made before the watch began is not
-/// missed. Errors are retried after a second (the members' polls cover the gap).
+/// Watches `HcommGroup` `key` and its rank-table ConfigMap, each alone (a field selector
+/// on its name), and sends `key` on every version of either, the first included: a change
+/// made before the watch began is not missed. The table is watched because a joiner waits
+/// for the table of its epoch, which the operator writes only once the device plugin's
+/// allocation is on the joiner's Pod; the group's own status write that follows it comes
+/// tens of ms later, so a joiner woken by that (or by its retry timer) started that much
+/// later. Errors are retried after a second (the members' polls cover the gap).
 async fn watch_group(client: kube::Client, key: GroupKey, changed: mpsc::Sender<GroupKey>) {
     let (namespace, name) = &key;
-    let api: Api<HcommGroup> = Api::namespaced(client, namespace);
-    let only = watcher::Config::default()
-        .fields(&format!("metadata.name={name}"))
-        .timeout(30);
-    let mut stream = watcher(api, only).boxed();
-    while let Some(ev) = stream.next().await {
-        match ev {
-            Ok(watcher::Event::Apply(_)) | Ok(watcher::Event::InitApply(_)) => {
+    let groups: Api<HcommGroup> = Api::namespaced(client.clone(), namespace);
+    let tables: Api<ConfigMap> = Api::namespaced(client, namespace);
+    let mut versions = futures::stream::select(
+        versions_of(groups, name),
+        versions_of(tables, &config_map_name(name)),
+    );
+    while let Some(version) = versions.next().await {
+        match version {
+            Ok(()) => {
                 if changed.send(key.clone()).await.is_err() {
                     return;
                 }
             }
-            Ok(_) => {}
             Err(e) => {
                 tracing::debug!(%namespace, group = %name, error = %e, "group watch error; members keep polling");
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
             }
         }
     }
+}
+
+/// One item per version of object `name` (its deletion and the watch's bookkeeping
+/// aside), or the watch's error.
+fn versions_of<K>(api: Api<K>, name: &str) -> BoxStream<'static, Result<(), watcher::Error>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let only = watcher::Config::default()
+        .fields(&format!("metadata.name={name}"))
+        .timeout(30);
+    watcher(api, only)
+        .filter_map(|ev| {
+            std::future::ready(match ev {
+                Ok(watcher::Event::Apply(_)) | Ok(watcher::Event::InitApply(_)) => Some(Ok(())),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            })
+        })
+        .boxed()
 }
 
 #[cfg(test)]
