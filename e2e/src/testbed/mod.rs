@@ -28,6 +28,7 @@ pub mod launch;
 pub mod load;
 pub mod logs;
 pub mod npus;
+mod pool_waits;
 pub mod pools;
 pub mod ranktables;
 pub mod suite;

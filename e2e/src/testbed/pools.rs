@@ -1,16 +1,15 @@
 //! Driving pools the way a user does: `kubectl apply` of the example manifests,
-//! `kubectl scale`, and waiting on what `kubectl get hcg` shows.
+//! `kubectl scale`, and reading the members as `kubectl get pods` shows them (the waits on
+//! them are in `pool_waits`).
 
 use std::io::Write as _;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 use hcomm_crds::contract::{
     ANNOTATION_DRAIN_REQUESTED, LABEL_GROUP, LABEL_STANDBY, POD_MEMBER_READY, PodReason,
     STANDBY_TRUE,
 };
-use hcomm_crds::{HcommGroup, HcommGroupStatus};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
@@ -192,136 +191,6 @@ impl Testbed {
             .collect();
         members.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(members)
-    }
-
-    /// Waits until `group` has exactly `replicas` member Pods besides its standby ones, all
-    /// Ready, and its status says so (`readyReplicas`, `replicas`).
-    pub async fn wait_pool_ready(
-        &self,
-        namespace: &str,
-        group: &str,
-        replicas: usize,
-        within: Duration,
-    ) -> Result<Vec<MemberPod>> {
-        self.wait_pool_ready_polling(
-            namespace,
-            group,
-            replicas,
-            within,
-            Duration::from_millis(100),
-        )
-        .await
-    }
-
-    /// As [`Testbed::wait_pool_ready`], looking every `poll` (a benchmark's clock stops
-    /// up to one poll late).
-    pub async fn wait_pool_ready_polling(
-        &self,
-        namespace: &str,
-        group: &str,
-        replicas: usize,
-        within: Duration,
-        poll: Duration,
-    ) -> Result<Vec<MemberPod>> {
-        let what = format!("{group}: {replicas} Ready members");
-        self.poll_group(namespace, group, &what, within, poll, |members, status| {
-            let serving: Vec<MemberPod> = members.iter().filter(|m| !m.standby).cloned().collect();
-            let counted = status.map(|s| (s.ready_replicas, s.replicas));
-            let done = serving.len() == replicas
-                && serving.iter().all(|m| m.ready)
-                && counted == Some((replicas as i32, replicas as i32));
-            if done {
-                Ok(serving)
-            } else {
-                Err(format!(
-                    "now {serving:?}, status ready/replicas {counted:?}"
-                ))
-            }
-        })
-        .await
-    }
-
-    /// Waits until `group` has `n` warm standby members (labelled, held by their agents,
-    /// not draining, counted in `status.standbyReplicas`); returns them.
-    pub async fn wait_standby_warm(
-        &self,
-        namespace: &str,
-        group: &str,
-        n: usize,
-        within: Duration,
-    ) -> Result<Vec<MemberPod>> {
-        let what = format!("{group}: {n} warm standby members");
-        let poll = Duration::from_millis(100);
-        self.poll_group(namespace, group, &what, within, poll, |members, status| {
-            let warm: Vec<MemberPod> = members
-                .iter()
-                .filter(|m| m.standby && m.warm && !m.draining)
-                .cloned()
-                .collect();
-            let counted = status.map(|s| s.standby_replicas);
-            if warm.len() == n && counted == Some(n as i32) {
-                Ok(warm)
-            } else {
-                Err(format!("now {warm:?}, status.standbyReplicas {counted:?}"))
-            }
-        })
-        .await
-    }
-
-    /// Looks at `group`'s member Pods and status every `poll` until `done` accepts them
-    /// (its `Err` says what was seen, for the timeout's message).
-    async fn poll_group<T>(
-        &self,
-        namespace: &str,
-        group: &str,
-        what: &str,
-        within: Duration,
-        poll: Duration,
-        done: impl Fn(&[MemberPod], Option<&HcommGroupStatus>) -> std::result::Result<T, String>,
-    ) -> Result<T> {
-        let groups: Api<HcommGroup> = Api::namespaced(self.client().await?, namespace);
-        let deadline = Instant::now() + within;
-        loop {
-            let members = self.members(namespace, group).await?;
-            let status = groups
-                .get_opt(group)
-                .await
-                .ok()
-                .flatten()
-                .and_then(|g| g.status);
-            let seen = match done(&members, status.as_ref()) {
-                Ok(value) => return Ok(value),
-                Err(seen) => seen,
-            };
-            if Instant::now() > deadline {
-                return Err(Error::Timeout {
-                    what: format!("{what} ({seen})"),
-                    after: within,
-                });
-            }
-            tokio::time::sleep(poll).await;
-        }
-    }
-
-    /// Waits until `group` has exactly `n` member Pods not being deleted: the victims of
-    /// a scale-in are gone, the joiners of a scale-out exist.
-    pub async fn wait_members(
-        &self,
-        namespace: &str,
-        group: &str,
-        n: usize,
-        within: Duration,
-    ) -> Result<Vec<MemberPod>> {
-        let what = format!("{group}: {n} member Pods");
-        let poll = Duration::from_millis(100);
-        self.poll_group(namespace, group, &what, within, poll, |members, _| {
-            if members.len() == n {
-                Ok(members.to_vec())
-            } else {
-                Err(format!("have {members:?}"))
-            }
-        })
-        .await
     }
 }
 
