@@ -63,7 +63,8 @@ pub(super) struct Run {
     pub(super) phase: Phase,
     pub(super) group: GroupView,
     pub(super) table: Option<(RankTable, u64)>,
-    /// The `resourceVersion` the last table read came at (see [`super::group::PublishedTable::revision`]).
+    /// The `resourceVersion` the last table read came at
+    /// ([`super::group::PublishedTable::revision`]).
     pub(super) table_revision: Option<String>,
     /// The member Pods the last table read was written for (None: it named none).
     pub(super) listed: Option<std::collections::BTreeSet<String>>,

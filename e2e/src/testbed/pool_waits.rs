@@ -7,7 +7,7 @@ use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use hcomm_crds::{HcommGroup, HcommGroupStatus};
 use kube::Api;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt as _, watcher};
 
 use super::pools::MemberPod;
 use super::{Error, Result, Testbed};
@@ -66,7 +66,8 @@ impl Testbed {
     ) -> Result<Vec<MemberPod>> {
         let groups: Api<HcommGroup> = Api::namespaced(self.client().await?, namespace);
         let only = watcher::Config::default().fields(&format!("metadata.name={group}"));
-        let changes = watcher(groups, only).map(|_| ()).boxed();
+        // Backed off: a watch that keeps failing must not turn into a stream of reads.
+        let changes = watcher(groups, only).default_backoff().map(|_| ()).boxed();
         let poll = Duration::from_millis(250);
         self.wait_pool_ready_woken(namespace, group, replicas, within, poll, Some(changes))
             .await

@@ -140,8 +140,8 @@ pub async fn run_one(
     bed.scale(&group, (1 + k) as u32)?;
     // Part of the time measured, as for a user: kubectl's start, discovery and the write.
     let kubectl_s = t0.elapsed().as_secs_f64();
-    // Looked at as the group's status changes (a watch): the clock stops when the
-    // operator's write of the Ready count arrives.
+    // Looked at as the group's status changes (a watch): the clock stops within the reads
+    // that follow the operator's write of the Ready count.
     let after = bed
         .wait_pool_ready_watching(NS, &group, 1 + k, args.timeout())
         .await?;
