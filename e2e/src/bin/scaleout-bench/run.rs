@@ -204,7 +204,7 @@ pub async fn run_one(
         .filter(|d| *d >= start);
     let first_ready = marks.iter().filter_map(|m| m.ready).min();
     // The last joiner's readiness gate as the Pod watch saw it; the clock stopped later,
-    // when the group's status counted it Ready too and a poll looked.
+    // when the group's status counted it Ready too and the wait's reads confirmed it.
     if let Some(last) = marks.iter().filter_map(|m| m.ready).max() {
         clock.say(format!(
             "{group}: kubectl scale took {:.3} s; the last joiner's member-ready seen at {:.3} s, the group Ready at {:.3} s",
