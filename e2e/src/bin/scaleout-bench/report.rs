@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::args::{Args, Strategy};
-use crate::link::LinkResult;
+use crate::link::{LinkResult, MEASURE_S, OMIT_S};
 use crate::machine::Provenance;
 use crate::run::RunResult;
 use crate::section::{BEGIN, END};
@@ -273,7 +273,7 @@ impl Report<'_> {
                 Some(l) => {
                     let _ = writeln!(
                         md,
-                        "raw link at {rate} Mbit/s, host-0 → host-1 ({}, 3 s): {:.0} Mbit/s goodput = {:.1} % of the tc rate",
+                        "raw link at {rate} Mbit/s, host-0 → host-1 ({}, {MEASURE_S} s after {OMIT_S} s omitted): {:.0} Mbit/s goodput = {:.1} % of the tc rate",
                         l.tool,
                         l.mbit,
                         100.0 * l.mbit / f64::from(*rate)

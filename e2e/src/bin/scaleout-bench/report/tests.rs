@@ -175,7 +175,7 @@ fn the_markdown_section_carries_provenance_command_table_and_targets() {
         "load average before: 0.10 0.20 0.30; after: 1.00 0.50 0.40; wall time 95 s",
         "hcomm: abc1234, release build of agent",
         "hosts: 2 network-namespace hosts, 1 device each; data links tc htb per host and direction",
-        "raw link at 2000 Mbit/s, host-0 → host-1 (iperf3, 3 s): 1920 Mbit/s goodput = 96.0 % of the tc rate",
+        "raw link at 2000 Mbit/s, host-0 → host-1 (iperf3, 3 s after 1 s omitted): 1920 Mbit/s goodput = 96.0 % of the tc rate",
         "cargo scaleout-bench --joiners 1",
         "| 2000 | Incremental | 1 | 1024 | 4.29 | 4.50 | 0.21 | 1.05 | 1.00 | – | 0.00 | 0.12 | 0.30 / 4.40 / - | 50 % | 3.2 | 3.25 | 1.02 / 2.90 |",
         "| 2000 | Rebuild (old member gone at 1.50 s) | 1 | 1024 | 4.29 | 9.00 | 4.71 | 2.10 | 1.00 | 2.00 | 6.25 | 0.12 | 0.30 / 4.40 / - | 50 % | 3.2 | - | - |",
