@@ -31,7 +31,7 @@ use super::ports::{
 };
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
-use super::verify::{Against, NicPassed, Verified, verify};
+use super::verify::{Against, EarlySources, NicPassed, Verified, early_sources, verify};
 use super::versions_check::{NodeVersions, member_nodes, node_versions};
 use crate::config::Context;
 use crate::error::{Error, Result};
@@ -295,6 +295,21 @@ impl Verifier for NicVerifier {
                 self.0.set_member_peers(&spec.key(), Some(&p.peers));
             }
             v
+        }
+        .boxed()
+    }
+
+    fn early_sources<'a>(
+        &'a self,
+        spec: &'a MemberSpec,
+        socket_ifname: Option<&'a str>,
+        against: Against<'a>,
+    ) -> BoxFuture<'a, std::result::Result<EarlySources, String>> {
+        async move {
+            if let Some(v) = secret_missing(&self.0, spec, against.group_uid).await {
+                return Err(v.verdict.message);
+            }
+            early_sources(&self.0, spec, socket_ifname, against).await
         }
         .boxed()
     }

@@ -24,7 +24,7 @@ use super::ranktable::{RankTable, plan};
 use super::ranktable_members::MemberAddresses;
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
-use super::verify::{Against, NicPassed, NpuSite, Verified, with_npu_check};
+use super::verify::{Against, EarlySources, NicPassed, NpuSite, Verified, with_npu_check};
 use super::versions_check::NodeVersions;
 use super::weights::{SyncFailure, SyncFuture, WeightsOutcome, WeightsRequest, WeightsSyncer};
 use crate::ascend::hccn::conf::{self, HccnConf};
@@ -36,7 +36,7 @@ use crate::local_api::{Assignment, Notice};
 use crate::nic::Chosen;
 use crate::nic::verify::Verdict;
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -204,6 +204,8 @@ pub struct FakeVerifier {
     pub hccl_missing: Arc<Mutex<Option<String>>>,
     /// The table revision and group UID of each verification, in order.
     pub verified_against: Arc<Mutex<Vec<VerifiedAgainst>>>,
+    /// What the early sources check answers: Ok (the table's other servers) or this error.
+    pub early: Arc<Mutex<std::result::Result<(), String>>>,
 }
 
 /// What one verification was given besides the table: (table revision, group UID).
@@ -286,6 +288,29 @@ impl Verifier for FakeVerifier {
                     with_npu_check(nic, npu, spec, site, nic_passed).await
                 }
             }
+        }
+        .boxed()
+    }
+
+    fn early_sources<'a>(
+        &'a self,
+        _spec: &'a MemberSpec,
+        _socket_ifname: Option<&'a str>,
+        against: Against<'a>,
+    ) -> BoxFuture<'a, std::result::Result<EarlySources, String>> {
+        let ip = self.ip.to_string();
+        let peers = super::ranktable::sources(against.table, &self.node, Some(&ip));
+        let early = lock(&self.early).clone();
+        async move {
+            early?;
+            Ok(EarlySources {
+                chosen: Chosen {
+                    name: "data0".into(),
+                    ip: self.ip,
+                    why: "fake",
+                },
+                peers,
+            })
         }
         .boxed()
     }
@@ -399,6 +424,8 @@ pub struct FakeWeights {
     pub started: Arc<Mutex<u32>>,
     /// Syncs finished (the transfer ran to its end).
     pub finished: Arc<Mutex<u32>>,
+    /// What each sync begun was asked for, in order.
+    pub requests: Arc<Mutex<Vec<WeightsRequest>>>,
 }
 
 pub fn synced() -> WeightsOutcome {
@@ -412,7 +439,8 @@ pub fn synced() -> WeightsOutcome {
 }
 
 impl WeightsSyncer for FakeWeights {
-    fn sync<'a>(&'a self, _req: &'a WeightsRequest) -> SyncFuture<'a> {
+    fn sync<'a>(&'a self, req: &'a WeightsRequest) -> SyncFuture<'a> {
+        lock(&self.requests).push(req.clone());
         let (delay, result) = lock(&self.script)
             .pop_front()
             .unwrap_or((Duration::ZERO, Ok(synced())));

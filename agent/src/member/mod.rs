@@ -17,6 +17,9 @@ mod allocation_tests;
 pub mod conditions;
 pub mod domain;
 pub mod driver;
+pub mod early_sync;
+#[cfg(test)]
+mod early_sync_tests;
 #[cfg(test)]
 mod fakes;
 pub mod group;

@@ -32,7 +32,7 @@ use super::ranktable::ControlPlan;
 use super::ranktable_members::MemberAddresses;
 use super::spec::MemberSpec;
 use super::state::CondUpdate;
-use super::verify::{Against, NicPassed, Verified};
+use super::verify::{Against, EarlySources, NicPassed, Verified};
 use super::versions_check::NodeVersions;
 use crate::error::Result;
 use crate::local_api::{Assignment, Notice};
@@ -80,6 +80,14 @@ pub trait Verifier: Send + Sync {
         against: Against<'a>,
         nic_passed: Option<NicPassed>,
     ) -> BoxFuture<'a, Verified>;
+    /// The data NIC and the checked servers of `against`, a table that does not hold this
+    /// member yet, for a weight sync begun before its own ([`super::early_sync`]).
+    fn early_sources<'a>(
+        &'a self,
+        spec: &'a MemberSpec,
+        socket_ifname: Option<&'a str>,
+        against: Against<'a>,
+    ) -> BoxFuture<'a, std::result::Result<EarlySources, String>>;
 }
 
 /// What a join needs besides the plan.

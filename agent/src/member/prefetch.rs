@@ -9,6 +9,12 @@
 //! send nothing more to a member that will not join. The chunks already verified stay
 //! staged in the node's store (its sets are shared by concurrent syncs and resumed by the
 //! next one), so a retry on this node fetches only the rest.
+//!
+//! A joiner may also begin before its own rank table exists, from the serving members of
+//! the table it can read ([`super::early_sync`]): a [`Start::Early`] sync. Its outcome is
+//! taken only when it succeeded and the request it would stand for asks no source it did
+//! not have ([`Prefetch::serves`]); a request with new sources (fellow joiners to stripe
+//! with) stops it and syncs anew, keeping what it staged.
 
 use std::sync::Arc;
 
@@ -20,9 +26,19 @@ use super::weights::{SyncFailure, WeightsOutcome, WeightsRequest, WeightsSyncer}
 
 type Outcome = Result<WeightsOutcome, SyncFailure>;
 
+/// When a sync was begun.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// Before the member's own rank table, from the table it could read.
+    Early,
+    /// Once the data NIC passed against the member's own table.
+    NicPassed,
+}
+
 /// A sync in flight for `req`; dropping it stops the sync.
 pub struct Prefetch {
     req: WeightsRequest,
+    start: Start,
     task: JoinHandle<Outcome>,
 }
 
@@ -35,13 +51,54 @@ impl Drop for Prefetch {
 
 impl Prefetch {
     /// Starts syncing `req` on its own task, in the caller's span.
-    pub fn start(weights: Arc<dyn WeightsSyncer>, req: WeightsRequest) -> Prefetch {
-        tracing::debug!("weight sync started beside the NPU network check");
+    pub fn start(weights: Arc<dyn WeightsSyncer>, req: WeightsRequest, start: Start) -> Prefetch {
+        match start {
+            Start::Early => tracing::info!(
+                peers = ?req.peers,
+                "weight sync begun from the serving members before this member's rank table"
+            ),
+            Start::NicPassed => {
+                tracing::debug!("weight sync started beside the NPU network check");
+            }
+        }
         let r = req.clone();
         let task = tokio::spawn(
             async move { weights.sync(&r).await }.instrument(tracing::Span::current()),
         );
-        Prefetch { req, task }
+        Prefetch { req, start, task }
+    }
+
+    pub fn start_kind(&self) -> Start {
+        self.start
+    }
+
+    /// Whether this sync's outcome stands for `req`'s (pure): the same request, or, begun
+    /// early, one for the same member, set and interface whose sources it already had —
+    /// what it fetched is verified chunk by chunk against the set's digest whoever sent
+    /// it, so only a source it lacks (a fellow joiner) makes a new sync worth more.
+    pub fn serves(&self, req: &WeightsRequest) -> bool {
+        let had = &self.req;
+        match self.start {
+            Start::NicPassed => had == req,
+            Start::Early => {
+                had.namespace == req.namespace
+                    && had.group == req.group
+                    && had.group_uid == req.group_uid
+                    && had.pod == req.pod
+                    && had.node == req.node
+                    && had.spec == req.spec
+                    && had.interface == req.interface
+                    && had.local_ip == req.local_ip
+                    && req.peers.iter().all(|p| had.peers.contains(p))
+            }
+        }
+    }
+
+    /// Stops the sync and waits until its task has ended (one sync per member at a time:
+    /// two into one staging would race). What it staged stays for the next.
+    pub async fn stop(mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
     }
 
     async fn finish(mut self) -> Outcome {
@@ -54,20 +111,30 @@ impl Prefetch {
     }
 }
 
-/// The outcome of syncing `req`: the prefetch's when it was started for the same request;
-/// otherwise a new sync, after any prefetch of another request finished (one sync per
-/// member at a time: two into one staging would race).
+/// The outcome of syncing `req`: the prefetch's when it [serves](Prefetch::serves) it
+/// (an early one only when it succeeded); otherwise a new sync, after any other prefetch
+/// was stopped.
 pub async fn outcome(
     prefetch: Option<Prefetch>,
     weights: Arc<dyn WeightsSyncer>,
     req: WeightsRequest,
 ) -> Outcome {
     if let Some(p) = prefetch {
-        if p.req == req {
+        if !p.serves(&req) {
+            tracing::debug!("the request changed since the sync began; stopping it");
+            p.stop().await;
+        } else if p.start == Start::NicPassed {
             return p.finish().await;
+        } else {
+            match p.finish().await {
+                Ok(o) => return Ok(o),
+                Err(f) => tracing::info!(
+                    reason = f.reason.as_str(),
+                    message = %f.message,
+                    "the early weight sync failed; syncing again"
+                ),
+            }
         }
-        tracing::debug!("the request changed since the early sync; finishing it first");
-        let _ = p.finish().await;
     }
     weights.sync(&req).await
 }

@@ -141,6 +141,21 @@ pub fn plan(
     })
 }
 
+/// The servers of `table` other than this node's own (by name, else by data address), as
+/// (server id, host address): who may hold the weights for a member that is not in the
+/// table yet (see `super::early_sync`).
+pub fn sources(table: &RankTable, node: &str, data_ip: Option<&str>) -> Vec<(String, String)> {
+    let own = server_of(table, node, data_ip).map(|s| s.server_id.to_owned());
+    let mut v: Vec<(String, String)> = table
+        .servers()
+        .iter()
+        .filter(|s| Some(s.server_id) != own.as_deref())
+        .map(|s| (s.server_id.to_owned(), s.host_address().to_owned()))
+        .collect();
+    v.dedup();
+    v
+}
+
 /// Highest device id a table may give: a node holds at most 64 NPUs, so a member's
 /// endpoint port stays within `comm_port_base ..= comm_port_base + 63`.
 pub const MAX_DEVICE_ID: i64 = 63;
@@ -230,6 +245,18 @@ pub fn check_peers(
     for (server, addr) in &plan.peers {
         peer_address(server, addr, allow_loopback)?;
     }
+    check_servers(table, comm_port_base, service_ports, allow_loopback)
+}
+
+/// Every server's address, and the endpoint port of every device, under the same rules as
+/// [`check_peers`]: what any use of `table` — a plan, or the sources of an early weight
+/// sync ([`sources`]) — could dial.
+pub fn check_servers(
+    table: &RankTable,
+    comm_port_base: u16,
+    service_ports: &[u16],
+    allow_loopback: bool,
+) -> Result<(), PeerRefusal> {
     for s in table.servers() {
         peer_address(s.server_id, s.host_address(), allow_loopback)?;
         for d in &s.devices {
@@ -268,6 +295,22 @@ mod tests {
         {"device_id":"2","rank_id":"2"},{"device_id":"3","rank_id":"3"}]},
       {"server_id":"host-1","host_ip":"198.18.0.11","device":[
         {"device_id":5,"rank_id":5},{"device_id":4,"rank_id":4}]}]}"#;
+
+    #[test]
+    fn a_nodes_sources_are_the_other_servers_found_by_name_or_address() {
+        let t = parse(TABLE).unwrap();
+        let other = |id: &str, ip: &str| (id.to_owned(), ip.to_owned());
+        assert_eq!(
+            sources(&t, "host-1", None),
+            vec![other("host-0", "198.18.0.10")]
+        );
+        assert_eq!(
+            sources(&t, "renamed", Some("198.18.0.10")),
+            vec![other("host-1", "198.18.0.11")]
+        );
+        // A node the table does not hold (a joiner before its epoch's table): every server.
+        assert_eq!(sources(&t, "host-9", Some("198.18.0.99")).len(), 2);
+    }
 
     #[test]
     fn string_and_number_fields_both_parse() {

@@ -80,6 +80,22 @@ pub fn check_members(table: &RankTable, members: &MemberAddresses) -> Result<(),
     Ok(())
 }
 
+/// The checks of a table whose servers are only fetched from, by a member not in it yet
+/// (pure): [`super::ranktable::check_servers`]'s static rules, then [`check_members`].
+pub fn check_sources(
+    table: &RankTable,
+    members: &MemberAddresses,
+    rules: &PeerRules,
+) -> Result<(), PeerRefusal> {
+    super::ranktable::check_servers(
+        table,
+        rules.comm_port_base,
+        &rules.service_ports,
+        rules.allow_loopback,
+    )?;
+    check_members(table, members)
+}
+
 /// Both checks of a table at one epoch (pure): [`super::ranktable::check_peers`]'s static
 /// rules, then [`check_members`]. Verification and every join run this before dialling.
 pub fn check_table(
@@ -238,6 +254,37 @@ mod tests {
             check_members(&t, &only_me),
             Err(PeerRefusal::NotAMember { .. })
         ));
+    }
+
+    #[test]
+    fn an_early_syncs_sources_pass_the_same_rules_as_any_table_dialled_from() {
+        let rules = PeerRules {
+            comm_port_base: 10000,
+            service_ports: vec![9400],
+            allow_loopback: false,
+        };
+        let m = members(&[
+            node("host-0", Some("198.18.0.10"), &[]),
+            node("host-1", Some("198.18.0.11"), &[]),
+        ]);
+        let t = super::super::ranktable::parse(TABLE).unwrap();
+        assert_eq!(check_sources(&t, &m, &rules), Ok(()));
+        let stranger = TABLE.replace("198.18.0.11", "198.18.0.99");
+        let t = super::super::ranktable::parse(&stranger).unwrap();
+        assert!(matches!(
+            check_sources(&t, &m, &rules),
+            Err(PeerRefusal::NotAMember { .. })
+        ));
+        let metadata = TABLE.replace("198.18.0.11", "169.254.169.254");
+        let t = super::super::ranktable::parse(&metadata).unwrap();
+        assert!(check_sources(&t, &m, &rules).is_err());
+        // Device 250: past any node's 64 devices (on port base 10000, the kubelet's port).
+        let kubelet = TABLE.replace(
+            r#""device_id":"0","rank_id":"1""#,
+            r#""device_id":"250","rank_id":"1""#,
+        );
+        let t = super::super::ranktable::parse(&kubelet).unwrap();
+        assert!(check_sources(&t, &m, &rules).is_err());
     }
 
     #[test]

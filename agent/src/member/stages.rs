@@ -14,7 +14,7 @@ use tracing::Instrument as _;
 
 use super::domain::DomainConfig;
 use super::ports::{JoinError, JoinSpec};
-use super::prefetch::Prefetch;
+use super::prefetch::{Prefetch, Start as PrefetchStart};
 use super::ranktable::{ControlPlan, PeerRefusal, RankTable};
 use super::state::{Event, WorkerNotice};
 use super::task::{Run, pod_gone};
@@ -92,13 +92,7 @@ impl Run {
                 message: "no rank table yet".into(),
             };
         };
-        let ifname = self
-            .group
-            .comm
-            .socket_ifname
-            .clone()
-            .or_else(|| self.spec.socket_ifname.clone())
-            .or_else(|| self.cfg.socket_ifname.clone());
+        let ifname = self.socket_ifname();
         // The kubelet, the device plugin and the rank table must agree on the NPUs first,
         // within what is left of the one deadline.
         let begun = tokio::time::Instant::now();
@@ -113,8 +107,13 @@ impl Run {
             return failed;
         }
         tracing::debug!(took = ?begun.elapsed(), "versions checked");
-        // Any sync an earlier verification began stopped when it failed (see below).
-        self.prefetch = None;
+        // A sync begun before the member's own table (`super::early_sync`) is kept when
+        // the verified request is one it serves; any other sync a verification began
+        // stopped when it failed (see below).
+        let early = self
+            .prefetch
+            .take()
+            .filter(|p| p.start_kind() == PrefetchStart::Early);
         let (passed, nic_passed) = tokio::sync::oneshot::channel();
         let against = Against {
             table: &table,
@@ -129,7 +128,7 @@ impl Run {
             Some(passed),
         );
         let (checked, prefetch) = self
-            .sync_once_nic_passed(tokio::time::timeout_at(until, checked), nic_passed)
+            .sync_once_nic_passed(tokio::time::timeout_at(until, checked), nic_passed, early)
             .await;
         let Ok(v) = checked else {
             return self.verify_timed_out(deadline);
@@ -155,12 +154,14 @@ impl Run {
     }
 
     /// Runs the verification `checked` and, once its data NIC part passed, starts the weight
-    /// sync beside the rest ([`super::prefetch`]); the caller drops it unless the whole
-    /// verification passed.
+    /// sync beside the rest ([`super::prefetch`]) — or keeps the `early` one when it serves
+    /// the verified request, and stops it otherwise; the caller drops the sync unless the
+    /// whole verification passed.
     async fn sync_once_nic_passed<T>(
         &self,
         checked: impl std::future::Future<Output = T>,
         mut nic_passed: tokio::sync::oneshot::Receiver<(Chosen, ControlPlan)>,
+        mut early: Option<Prefetch>,
     ) -> (T, Option<Prefetch>) {
         tokio::pin!(checked);
         let mut waiting = true;
@@ -173,12 +174,31 @@ impl Run {
                     waiting = false;
                     if let Ok((chosen, plan)) = passed {
                         let req = self.weights_request(&chosen, Some(&plan));
-                        started = Some(Prefetch::start(self.ports.weights.clone(), req));
+                        started = match early.take() {
+                            Some(e) if e.serves(&req) => Some(e),
+                            other => {
+                                if let Some(e) = other {
+                                    tracing::debug!("the early weight sync lacks sources the table names; syncing anew");
+                                    e.stop().await;
+                                }
+                                Some(Prefetch::start(self.ports.weights.clone(), req, PrefetchStart::NicPassed))
+                            }
+                        };
                     }
                 }
-                out = &mut checked => return (out, started),
+                out = &mut checked => return (out, started.or(early)),
             }
         }
+    }
+
+    /// The interface rule of the data NIC: the group's, else the Pod's, else the node's.
+    pub(super) fn socket_ifname(&self) -> Option<String> {
+        self.group
+            .comm
+            .socket_ifname
+            .clone()
+            .or_else(|| self.spec.socket_ifname.clone())
+            .or_else(|| self.cfg.socket_ifname.clone())
     }
 
     fn verify_timed_out(&self, deadline: Duration) -> Event {
@@ -290,7 +310,11 @@ impl Run {
     }
 
     /// What this member's sync asks for over `chosen`, with `plan`'s peers and stripe.
-    fn weights_request(&self, chosen: &Chosen, plan: Option<&ControlPlan>) -> WeightsRequest {
+    pub(super) fn weights_request(
+        &self,
+        chosen: &Chosen,
+        plan: Option<&ControlPlan>,
+    ) -> WeightsRequest {
         WeightsRequest {
             namespace: self.spec.namespace.clone(),
             group: self.spec.group.clone(),

@@ -76,8 +76,10 @@ pub(super) struct Run {
     drain_seen: bool,
     failures: u32,
     pub(super) weights_path: Option<String>,
-    /// A weight sync begun during verification ([`super::prefetch`]).
+    /// A weight sync begun during verification, or before it ([`super::prefetch`]).
     pub(super) prefetch: Option<super::prefetch::Prefetch>,
+    /// Whether a sync before the member's own table was tried ([`super::early_sync`]).
+    pub(super) early_tried: bool,
     /// The Pod as the driver last saw it; None once it is deleted.
     pub(super) spec_rx: watch::Receiver<Option<MemberSpec>>,
     /// Changes when the group's HcommGroup does ([`super::nudge`]).
@@ -133,6 +135,7 @@ pub async fn drive(
         failures: 0,
         weights_path: None,
         prefetch: None,
+        early_tried: false,
         spec_rx,
         group_changed,
     };
@@ -239,6 +242,9 @@ impl Run {
                 Err(e) => Some(e.to_string()),
             };
             let Some(e) = behind else { return true };
+            if self.table.is_some() {
+                self.begin_early_sync().await;
+            }
             tracing::info!(error = %e, ?retry, "waiting for the group and its rank table");
             if self.wait_spec(retry).await.is_none() {
                 return false;

@@ -91,6 +91,7 @@ impl Kit {
                 npu: None,
                 hccl_missing: Default::default(),
                 verified_against: Default::default(),
+                early: Arc::new(std::sync::Mutex::new(Ok(()))),
             },
             weights: FakeWeights::default(),
             domain: FakeDomain::default(),

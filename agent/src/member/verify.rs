@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::ranktable::{ControlPlan, RankTable};
+use super::ranktable_members::MemberAddresses;
 use super::spec::MemberSpec;
 use crate::ascend::hccn::check::{MemberNpus, check};
 use crate::ascend::hccn::live::HccnNetwork;
@@ -148,18 +149,19 @@ async fn current_nics(ctx: &Context) -> crate::inventory::Inventory {
     cached.clone()
 }
 
-async fn verify_nic(
+/// The node's interfaces and the addresses of the group's member nodes, read at once (both
+/// are API or system reads on the joiner's path); the members are used only once the table
+/// passed its own checks.
+async fn interfaces_and_members(
     ctx: &Context,
     spec: &MemberSpec,
-    socket_ifname: Option<&str>,
-    connect_timeout: Duration,
     against: Against<'_>,
-) -> Verified {
-    let table = against.table;
-    // The table's members are read while the interfaces are (both are API or system
-    // reads on the joiner's path); they are used only once the table passed its own checks.
+) -> (
+    crate::inventory::Inventory,
+    crate::error::Result<MemberAddresses>,
+) {
     let begun = std::time::Instant::now();
-    let (inv, members) = futures::join!(
+    let read = futures::join!(
         current_nics(ctx),
         super::ranktable_members::fetch(
             &ctx.client,
@@ -169,18 +171,77 @@ async fn verify_nic(
         )
     );
     tracing::debug!(took = ?begun.elapsed(), "interfaces and the table's members read");
-    let matcher = match socket_ifname.map(IfnameMatcher::parse).transpose() {
-        Ok(m) => m,
-        Err(e) => return fail(PodReason::NoDataNic, e.to_string()),
-    };
+    read
+}
+
+/// The data NIC the member's traffic takes, by the group's or the node's rule.
+fn choose_nic(
+    ctx: &Context,
+    inv: &crate::inventory::Inventory,
+    socket_ifname: Option<&str>,
+) -> Result<Chosen, String> {
+    let matcher = socket_ifname
+        .map(IfnameMatcher::parse)
+        .transpose()
+        .map_err(|e| e.to_string())?;
     let rule = NicRule {
         socket_ifname: matcher,
         data_address: ctx.cfg.data_address,
         management: ctx.cfg.management_interface.clone(),
     };
-    let chosen = match select_data_nic(&inv.nics, &rule) {
+    select_data_nic(&inv.nics, &rule).map_err(|e| e.to_string())
+}
+
+/// What a weight sync begun before the member's own rank table starts on
+/// ([`super::early_sync`]): the data NIC and the servers of the table the member can
+/// already read (the serving members of the epoch before its own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EarlySources {
+    pub chosen: Chosen,
+    pub peers: Vec<(String, String)>,
+}
+
+/// The data NIC and `against`'s servers once they passed the checks anything dialled from a
+/// table passes — static address and port rules, and every server a node running one of
+/// the group's members ([`super::ranktable_members::check_sources`]). Nothing is probed:
+/// the sync's own connections carry deadlines, and a sync that fails here is dropped
+/// without consequence for the member.
+pub async fn early_sources(
+    ctx: &Context,
+    spec: &MemberSpec,
+    socket_ifname: Option<&str>,
+    against: Against<'_>,
+) -> Result<EarlySources, String> {
+    let (inv, members) = interfaces_and_members(ctx, spec, against).await;
+    let chosen = choose_nic(ctx, &inv, socket_ifname)?;
+    let members = members.map_err(|e| {
+        let e = super::ranktable::PeerRefusal::MembersUnknown(e.to_string());
+        format!("rank table: {e}")
+    })?;
+    let rules = super::ranktable_members::PeerRules::from_config(&ctx.cfg);
+    super::ranktable_members::check_sources(against.table, &members, &rules)
+        .map_err(|e| format!("rank table: {e}"))?;
+    let ip = chosen.ip.to_string();
+    let peers = super::ranktable::sources(against.table, &ctx.cfg.node_name, Some(&ip));
+    if peers.is_empty() {
+        return Err("the rank table names no other server".into());
+    }
+    Ok(EarlySources { chosen, peers })
+}
+
+async fn verify_nic(
+    ctx: &Context,
+    spec: &MemberSpec,
+    socket_ifname: Option<&str>,
+    connect_timeout: Duration,
+    against: Against<'_>,
+) -> Verified {
+    let table = against.table;
+    let begun = std::time::Instant::now();
+    let (inv, members) = interfaces_and_members(ctx, spec, against).await;
+    let chosen = match choose_nic(ctx, &inv, socket_ifname) {
         Ok(c) => c,
-        Err(e) => return fail(PodReason::NoDataNic, e.to_string()),
+        Err(e) => return fail(PodReason::NoDataNic, e),
     };
     let Some(devices) = spec.devices.clone() else {
         return fail(
