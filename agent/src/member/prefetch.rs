@@ -81,14 +81,7 @@ impl Prefetch {
         match self.start {
             Start::NicPassed => had == req,
             Start::Early => {
-                had.namespace == req.namespace
-                    && had.group == req.group
-                    && had.group_uid == req.group_uid
-                    && had.pod == req.pod
-                    && had.node == req.node
-                    && had.spec == req.spec
-                    && had.interface == req.interface
-                    && had.local_ip == req.local_ip
+                sans_sources(had) == sans_sources(req)
                     && req.peers.iter().all(|p| had.peers.contains(p))
             }
         }
@@ -108,6 +101,17 @@ impl Prefetch {
                 format!("the weight sync task ended without an outcome: {e}"),
             ))
         })
+    }
+}
+
+/// `r` without what an early sync may differ in from the verified one: its sources, its
+/// stripe among them and the epoch they came from (any other field must match).
+fn sans_sources(r: &WeightsRequest) -> WeightsRequest {
+    WeightsRequest {
+        peers: Vec::new(),
+        stripe: None,
+        epoch: 0,
+        ..r.clone()
     }
 }
 
