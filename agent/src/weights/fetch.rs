@@ -6,9 +6,10 @@
 //!    requested digest and parse as a canonical manifest.
 //! 2. The store preallocates (or resumes) the staging files; already-verified chunks are
 //!    not fetched again.
-//! 3. One worker per source, all at once: it keeps `parallelism` requests in flight,
-//!    taking the next chunk from the shared scheduler whenever a slot frees (work
-//!    stealing), hashes every chunk and writes it in place. Partial sources (other
+//! 3. One worker per source, all at once: it keeps `parallelism` requests in flight (to a
+//!    fellow joiner `partial_parallelism`), taking the next chunk from the shared
+//!    scheduler whenever a slot frees (work stealing), hashes every chunk and writes it
+//!    in place. Partial sources (other
 //!    joiners) are polled for their `Have` bitmap. A worker that fails (refused, reset,
 //!    timed out, too many corrupt chunks) gives its chunks back and the others carry on.
 //! 4. When every chunk is verified: fsync, rename staging → `versions/<hex>`, swap

@@ -40,7 +40,9 @@
 //! own so the answer does not queue behind chunks). The scheduler asks full sources
 //! (existing members) for chunks in a per-joiner order (its stripe, then the rest
 //! shuffled), skipping chunks some fellow joiner already holds or is fetching, and asks
-//! fellow joiners for what they hold.
+//! fellow joiners for what they hold, one chunk at a time each (`partial_parallelism`: a
+//! fellow's uplink serves every joiner, and a request queued behind its others made each
+//! chunk reach the last joiners later, which they paid for at the end).
 //! Effect with one existing member S and joiners J0..J2 on equal links of rate L: S's
 //! uplink is split three ways into disjoint stripes (each ~L/3), and each joiner receives
 //! the other two stripes from its peers (~2L/3), so every joiner's downlink runs at about

@@ -56,8 +56,16 @@ pub struct FetchRequest {
     pub group: GroupId,
     pub secret: GroupSecret,
     pub timeouts: Timeouts,
-    /// Requests in flight per source.
+    /// Requests in flight per source that holds the whole set.
     pub parallelism: usize,
+    /// Requests in flight per fellow joiner (a source holding part of the set). Its uplink
+    /// is shared by every joiner that asks it, so a request queued behind others waits for
+    /// all of them: four deep, a chunk from a fellow of eight joiners at 500 Mbit/s came
+    /// up to ~1.9 s after it was asked, and a joiner that receives each chunk that much
+    /// after the first joiner had it still lacks that many seconds of chunks when the
+    /// existing members have sent their last one. One deep, the same runs took 0.6–0.8 s
+    /// less (issue 20; `docs/benchmarks.md`).
+    pub partial_parallelism: usize,
     /// This joiner's place among the members syncing together, `(index, count)`: picks
     /// its stripe of the existing members' chunks (the agent passes its member's place in
     /// the rank table). `None`: a random stripe.
@@ -69,8 +77,8 @@ pub struct FetchRequest {
 }
 
 impl FetchRequest {
-    /// Defaults: 4 requests in flight per source, default timeouts, random stripe, the
-    /// store-wide link.
+    /// Defaults: 4 requests in flight per source holding the set and 1 per fellow joiner,
+    /// default timeouts, random stripe, the store-wide link.
     pub fn new(
         manifest_digest: Digest,
         sources: Vec<SocketAddr>,
@@ -85,6 +93,7 @@ impl FetchRequest {
             secret,
             timeouts: Timeouts::default(),
             parallelism: 4,
+            partial_parallelism: 1,
             stripe: None,
             bind: None,
             link: CurrentLink::node(),

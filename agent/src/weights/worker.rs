@@ -1,7 +1,8 @@
-//! One worker per source: keeps `parallelism` requests in flight to it, takes chunks from
-//! the shared scheduler as slots free up (work stealing), polls a partial source's `Have`
-//! bitmap, hashes every chunk against the manifest before writing it, and on any failure
-//! gives its outstanding chunks back and reports the source lost.
+//! One worker per source: keeps `parallelism` requests in flight to it (to a fellow joiner
+//! `partial_parallelism`), takes chunks from the shared scheduler as slots free up (work
+//! stealing), polls a partial source's `Have` bitmap, hashes every chunk against the
+//! manifest before writing it, and on any failure gives its outstanding chunks back and
+//! reports the source lost.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -175,7 +176,12 @@ async fn serve_chunks(ctx: &Ctx, idx: usize, src: SocketAddr, aside: &AtomicBool
         let (batch, full, done) = {
             let mut sched = ctx.sched.lock().expect("scheduler lock");
             let mut batch = Vec::new();
-            while pending.len() + batch.len() < ctx.req.parallelism.max(1) {
+            let depth = if sched.is_partial(idx) {
+                ctx.req.partial_parallelism
+            } else {
+                ctx.req.parallelism
+            };
+            while pending.len() + batch.len() < depth.max(1) {
                 match sched.next_for(idx) {
                     Some(i) => batch.push(i),
                     None => break,
