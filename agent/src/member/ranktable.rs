@@ -124,13 +124,8 @@ pub fn plan(
         u16::try_from(i64::from(comm_port_base) + dev).map_err(|_| "port out of range".to_owned())
     };
     let min_dev = *devices.iter().min().unwrap_or(&0);
-    let mut peers: Vec<(String, String)> = table
-        .servers()
-        .iter()
-        .filter(|s| s.server_id != server.server_id)
-        .map(|s| (s.server_id.to_owned(), s.host_address().to_owned()))
-        .collect();
-    peers.dedup();
+    // `server` is what `sources` finds as this node's own: the peers are the rest.
+    let peers = sources(table, node, data_ip);
     Ok(ControlPlan {
         rank: position / dpm,
         world: ids.len() / dpm,
