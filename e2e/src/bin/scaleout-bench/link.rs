@@ -90,13 +90,18 @@ pub fn measure(bed: &Testbed, mode: LinkCheck) -> Result<Option<LinkResult>> {
                 .args(["__blast-send", &addr, &(OMIT_S + MEASURE_S).to_string()])
                 .status()
                 .context("run the blast sender")?;
+            if !sent.success() {
+                // The receiver may still wait in accept (no connection ever came).
+                let _ = recv.kill();
+                let _ = recv.wait();
+                anyhow::bail!("blast sender failed ({sent})");
+            }
             let mut out = String::new();
             recv.stdout
                 .take()
                 .context("receiver stdout")?
                 .read_to_string(&mut out)?;
             let _ = recv.wait();
-            ensure!(sent.success(), "blast sender failed");
             Ok(Some(LinkResult {
                 tool: "TCP blast",
                 mbit: out.trim().parse().context("receiver output")?,
