@@ -6,7 +6,7 @@
 //! serving members, which the table the joiner can already read (the epoch before its own)
 //! names. So while it waits ([`super::task`]'s start) the joiner checks that table as it
 //! would any table it dials from — static address and port rules, every server a node
-//! running one of the group's members (`ranktable_members::check_sources`) — chooses
+//! running one of the group's members (`ranktable_members::check_table`) — chooses
 //! its data NIC, and starts the sync from those servers ([`super::prefetch::Start::Early`]).
 //!
 //! Nothing else moves earlier: the member is verified against its own table before it

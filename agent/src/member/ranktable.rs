@@ -226,26 +226,11 @@ pub fn peer_address(server: &str, addr: &str, allow_loopback: bool) -> Result<Ip
     }
 }
 
-/// Checks every address and port a control plan would dial or listen on: the root's and
-/// each peer's address, and the endpoint ports of every device in the table (so a forged
-/// device id cannot turn into the kubelet's port). `service_ports` are the node's own;
-/// `allow_loopback` as in [`peer_address`].
-pub fn check_peers(
-    table: &RankTable,
-    plan: &ControlPlan,
-    comm_port_base: u16,
-    service_ports: &[u16],
-    allow_loopback: bool,
-) -> Result<(), PeerRefusal> {
-    for (server, addr) in &plan.peers {
-        peer_address(server, addr, allow_loopback)?;
-    }
-    check_servers(table, comm_port_base, service_ports, allow_loopback)
-}
-
-/// Every server's address, and the endpoint port of every device, under the same rules as
-/// [`check_peers`]: what any use of `table` — a plan, or the sources of an early weight
-/// sync ([`sources`]) — could dial.
+/// Checks every address and port a use of `table` could dial or listen on — a member's
+/// control plan (its root and peers are the table's servers) or the sources of an early
+/// weight sync ([`sources`]): every server's address, and the endpoint port of every
+/// device (so a forged device id cannot turn into the kubelet's port). `service_ports` are
+/// the node's own; `allow_loopback` as in [`peer_address`].
 pub fn check_servers(
     table: &RankTable,
     comm_port_base: u16,
@@ -412,26 +397,23 @@ mod tests {
 
     fn check(host: &str, device: &str, base: u16) -> Result<(), PeerRefusal> {
         let t = table_with(host, device);
-        let p = plan(&t, "host-0", None, &[0], base).unwrap();
-        check_peers(&t, &p, base, &[7510, 7512], false)
+        check_servers(&t, base, &[7510, 7512], false)
     }
 
     #[test]
     fn loopback_peers_pass_only_when_allowed_and_nothing_else_does() {
         let t = table_with("127.18.0.11", "3");
-        let p = plan(&t, "host-0", None, &[0], 29600).unwrap();
         assert!(matches!(
-            check_peers(&t, &p, 29600, &[7510], false),
+            check_servers(&t, 29600, &[7510], false),
             Err(PeerRefusal::NotAPeerAddress {
                 kind: "loopback",
                 ..
             })
         ));
-        assert_eq!(check_peers(&t, &p, 29600, &[7510], true), Ok(()));
+        assert_eq!(check_servers(&t, 29600, &[7510], true), Ok(()));
         let t = table_with("169.254.169.254", "3");
-        let p = plan(&t, "host-0", None, &[0], 29600).unwrap();
         assert!(matches!(
-            check_peers(&t, &p, 29600, &[7510], true),
+            check_servers(&t, 29600, &[7510], true),
             Err(PeerRefusal::NotAPeerAddress {
                 kind: "link-local",
                 ..

@@ -4,7 +4,7 @@
 //! namespace, so the tenant can write any routable host into it; `HcommNode`s are
 //! cluster-scoped and written only by the agents, so they are what an address is checked
 //! against. The check runs before anything is dialled, at verification and again at every
-//! epoch's join ([`super::stages`]), beside [`super::ranktable::check_peers`].
+//! epoch's join ([`super::stages`]), beside [`super::ranktable::check_servers`].
 //!
 //! Pure ([`check_members`]) apart from [`fetch`], which reads the Pods and `HcommNode`s.
 
@@ -15,7 +15,7 @@ use hcomm_crds::HcommNode;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::group::ReadAt;
-use super::ranktable::{ControlPlan, PeerRefusal, RankTable};
+use super::ranktable::{PeerRefusal, RankTable};
 use crate::error::Result;
 
 /// The addresses of the nodes running the group's member Pods, by node name.
@@ -59,7 +59,7 @@ impl MemberAddresses {
 }
 
 /// Every server of `table` has the address of a node running one of the group's members
-/// (pure). Runs after [`super::ranktable::check_peers`], which already refused anything
+/// (pure). Runs after [`super::ranktable::check_servers`], which already refused anything
 /// that is not an IP address.
 pub fn check_members(table: &RankTable, members: &MemberAddresses) -> Result<(), PeerRefusal> {
     for s in table.servers() {
@@ -80,33 +80,16 @@ pub fn check_members(table: &RankTable, members: &MemberAddresses) -> Result<(),
     Ok(())
 }
 
-/// The checks of a table whose servers are only fetched from, by a member not in it yet
-/// (pure): [`super::ranktable::check_servers`]'s static rules, then [`check_members`].
-pub fn check_sources(
+/// Both checks of a table (pure): [`super::ranktable::check_servers`]'s static rules, then
+/// [`check_members`]. Verification, every join and an early weight sync's sources
+/// ([`super::early_sync`]) run this before dialling anything the table names.
+pub fn check_table(
     table: &RankTable,
     members: &MemberAddresses,
     rules: &PeerRules,
 ) -> Result<(), PeerRefusal> {
     super::ranktable::check_servers(
         table,
-        rules.comm_port_base,
-        &rules.service_ports,
-        rules.allow_loopback,
-    )?;
-    check_members(table, members)
-}
-
-/// Both checks of a table at one epoch (pure): [`super::ranktable::check_peers`]'s static
-/// rules, then [`check_members`]. Verification and every join run this before dialling.
-pub fn check_table(
-    table: &RankTable,
-    plan: &ControlPlan,
-    members: &MemberAddresses,
-    rules: &PeerRules,
-) -> Result<(), PeerRefusal> {
-    super::ranktable::check_peers(
-        table,
-        plan,
         rules.comm_port_base,
         &rules.service_ports,
         rules.allow_loopback,
@@ -268,23 +251,23 @@ mod tests {
             node("host-1", Some("198.18.0.11"), &[]),
         ]);
         let t = super::super::ranktable::parse(TABLE).unwrap();
-        assert_eq!(check_sources(&t, &m, &rules), Ok(()));
+        assert_eq!(check_table(&t, &m, &rules), Ok(()));
         let stranger = TABLE.replace("198.18.0.11", "198.18.0.99");
         let t = super::super::ranktable::parse(&stranger).unwrap();
         assert!(matches!(
-            check_sources(&t, &m, &rules),
+            check_table(&t, &m, &rules),
             Err(PeerRefusal::NotAMember { .. })
         ));
         let metadata = TABLE.replace("198.18.0.11", "169.254.169.254");
         let t = super::super::ranktable::parse(&metadata).unwrap();
-        assert!(check_sources(&t, &m, &rules).is_err());
+        assert!(check_table(&t, &m, &rules).is_err());
         // Device 250: past any node's 64 devices (on port base 10000, the kubelet's port).
         let kubelet = TABLE.replace(
             r#""device_id":"0","rank_id":"1""#,
             r#""device_id":"250","rank_id":"1""#,
         );
         let t = super::super::ranktable::parse(&kubelet).unwrap();
-        assert!(check_sources(&t, &m, &rules).is_err());
+        assert!(check_table(&t, &m, &rules).is_err());
     }
 
     #[test]

@@ -380,7 +380,7 @@ impl Run {
         };
         // Every epoch's table is checked as the first one was, before anything is dialled:
         // a member verified against a clean table may be handed a forged one later.
-        if let Err(refusal) = self.check_peers(&table, &plan).await {
+        if let Err(refusal) = self.check_table(&table).await {
             let message = format!("rank table of epoch {epoch}: {refusal}");
             tracing::warn!(epoch, %refusal, "rank table refused at join");
             self.ports
@@ -431,7 +431,7 @@ impl Run {
 
     /// The table's servers and ports against the static rules and the group's members
     /// ([`super::ranktable_members::check_table`]).
-    async fn check_peers(&self, table: &RankTable, plan: &ControlPlan) -> Result<(), PeerRefusal> {
+    async fn check_table(&self, table: &RankTable) -> Result<(), PeerRefusal> {
         let members = self
             .ports
             .cluster
@@ -439,7 +439,7 @@ impl Run {
             .await
             .map_err(|e| PeerRefusal::MembersUnknown(e.to_string()))?;
         let rules = super::ranktable_members::PeerRules::from_config(&self.cfg);
-        super::ranktable_members::check_table(table, plan, &members, &rules)
+        super::ranktable_members::check_table(table, &members, &rules)
     }
 
     /// Builds the domain of `spec.epoch`. A domain forms only once every member of the new

@@ -242,9 +242,7 @@ impl Run {
                 Err(e) => Some(e.to_string()),
             };
             let Some(e) = behind else { return true };
-            if self.table.is_some() {
-                self.begin_early_sync().await;
-            }
+            self.begin_early_sync().await;
             tracing::info!(error = %e, ?retry, "waiting for the group and its rank table");
             if self.wait_spec(retry).await.is_none() {
                 return false;

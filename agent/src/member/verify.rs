@@ -203,7 +203,7 @@ pub struct EarlySources {
 
 /// The data NIC and `against`'s servers once they passed the checks anything dialled from a
 /// table passes — static address and port rules, and every server a node running one of
-/// the group's members ([`super::ranktable_members::check_sources`]). Nothing is probed:
+/// the group's members ([`super::ranktable_members::check_table`]). Nothing is probed:
 /// the sync's own connections carry deadlines, and a sync that fails here is dropped
 /// without consequence for the member.
 pub async fn early_sources(
@@ -219,7 +219,7 @@ pub async fn early_sources(
         format!("rank table: {e}")
     })?;
     let rules = super::ranktable_members::PeerRules::from_config(&ctx.cfg);
-    super::ranktable_members::check_sources(against.table, &members, &rules)
+    super::ranktable_members::check_table(against.table, &members, &rules)
         .map_err(|e| format!("rank table: {e}"))?;
     let ip = chosen.ip.to_string();
     let peers = super::ranktable::sources(against.table, &ctx.cfg.node_name, Some(&ip));
@@ -272,7 +272,7 @@ async fn verify_nic(
         }
     };
     let rules = super::ranktable_members::PeerRules::from_config(&ctx.cfg);
-    if let Err(e) = super::ranktable_members::check_table(table, &plan, &members, &rules) {
+    if let Err(e) = super::ranktable_members::check_table(table, &members, &rules) {
         return fail(
             super::ranktable::PeerRefusal::REASON,
             format!("rank table: {e}"),
