@@ -58,6 +58,49 @@ impl ChunkBits {
         self.count() == self.len
     }
 
+    /// The bits set here and not in `before` (of the same length), ascending: a word at a
+    /// time.
+    pub fn added_since<'a>(&'a self, before: &'a ChunkBits) -> impl Iterator<Item = usize> + 'a {
+        debug_assert!(before.len == self.len);
+        self.words
+            .iter()
+            .zip(&before.words)
+            .enumerate()
+            .flat_map(|(w, (now, then))| {
+                let mut bits = now & !then;
+                std::iter::from_fn(move || {
+                    (bits != 0).then(|| {
+                        let b = bits.trailing_zeros() as usize;
+                        bits &= bits - 1;
+                        w * 64 + b
+                    })
+                })
+            })
+    }
+
+    /// Whether every bit set here is set in `a` or `b` (of the same length) too.
+    pub fn within(&self, a: &ChunkBits, b: &ChunkBits) -> bool {
+        debug_assert!(a.len == self.len && b.len == self.len);
+        self.words
+            .iter()
+            .zip(a.words.iter().zip(&b.words))
+            .all(|(w, (x, y))| w & !(x | y) == 0)
+    }
+
+    /// Whether each of the bits `0..len` is set in one of `parts` (each `len` long): a
+    /// word at a time, where a bit at a time was O(bits × parts) steps.
+    pub fn union_is_full(len: usize, parts: &[&ChunkBits]) -> bool {
+        debug_assert!(parts.iter().all(|p| p.len == len));
+        (0..len.div_ceil(64)).all(|w| {
+            let want = if (w + 1) * 64 <= len {
+                u64::MAX
+            } else {
+                (1u64 << (len % 64)) - 1
+            };
+            parts.iter().fold(0, |acc, p| acc | p.words[w]) & want == want
+        })
+    }
+
     /// Little-endian byte form, `len.div_ceil(8)` bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out: Vec<u8> = self.words.iter().flat_map(|w| w.to_le_bytes()).collect();
@@ -103,5 +146,30 @@ mod tests {
         assert_eq!(ChunkBits::from_bytes(70, &bytes), Some(b));
         assert_eq!(ChunkBits::from_bytes(69, &bytes), None);
         assert!(ChunkBits::full(70).is_full());
+    }
+
+    #[test]
+    fn a_union_is_full_only_when_every_bit_is_in_some_part() {
+        let (mut a, mut b) = (ChunkBits::new(130), ChunkBits::new(130));
+        (0..100).for_each(|i| a.set(i));
+        (100..129).for_each(|i| b.set(i));
+        assert!(
+            !ChunkBits::union_is_full(130, &[&a, &b]),
+            "bit 129 is in neither"
+        );
+        b.set(129);
+        assert!(ChunkBits::union_is_full(130, &[&a, &b]));
+        assert!(ChunkBits::union_is_full(0, &[]));
+        assert!(!ChunkBits::union_is_full(1, &[]));
+        let mut c = ChunkBits::new(130);
+        c.set(5);
+        c.set(120);
+        assert!(c.within(&a, &b));
+        assert!(!c.within(&a, &ChunkBits::new(130)), "bit 120 is only in b");
+        let mut d = c.clone();
+        d.set(64);
+        d.set(129);
+        assert_eq!(d.added_since(&c).collect::<Vec<_>>(), vec![64, 129]);
+        assert_eq!(c.added_since(&d).count(), 0);
     }
 }

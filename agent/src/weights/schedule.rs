@@ -6,7 +6,7 @@
 //!   joiner, whose verified chunks we learn from its `Have` bitmap, polled).
 //! - Full sources are asked in this joiner's stripe order (joiner `j` of `k` owns chunks
 //!   `j·n/k..(j+1)·n/k`, asked from the start; then every other chunk in an order of its
-//!   own, shuffled: [`striped_order`]), skipping chunks a live partial source already holds
+//!   own, shuffled: `order::striped_order`), skipping chunks a live partial source already holds
 //!   or is fetching.
 //!   `j` and `k` are first a guess (the member's place in the rank table), then, once
 //!   every source answered whether it holds the whole set, this joiner's place among the
@@ -24,12 +24,23 @@
 //! - A chunk that came back corrupt or `Missing` goes back to the queue and is never asked
 //!   of that source again; a lost source's outstanding chunks go back to the queue.
 //!
-//! Picking is a linear scan (O(chunks)); at 4 MiB chunks even a 100 GB set is 25 600 entries.
+//! Picking scans this joiner's order from places the scheduler keeps — past the verified
+//! chunks at its front, past what a full source may not take first, and per source past
+//! what it does not hold — each moved back only when a chunk is needed again or a source
+//! tells of chunks it did not hold. So a fetch's picks cost about O(chunks) in all where
+//! scanning from the start cost O(chunks²): a 700 GB set is 358,400 chunks of 2 MiB
+//! (`examples/schedule_bench.rs`, docs/benchmarks.md).
 
 use std::collections::HashSet;
 use std::net::IpAddr;
 
 use super::bitset::ChunkBits;
+
+#[path = "schedule_order.rs"]
+mod order;
+#[cfg(test)]
+use order::stripe_start;
+use order::{ranks, rotated, striped_order};
 
 /// Chunks left, per live source, below which a full source helps with chunks a fellow
 /// joiner already holds, whatever else is on its way (see `next_for`).
@@ -57,6 +68,13 @@ enum Holdings {
 #[derive(Debug, Clone)]
 struct SourceView {
     alive: bool,
+    /// Chunks in flight from this source (its `InFlight` states, counted as they change).
+    flying: usize,
+    /// Positions of the order before this one hold no needed chunk this source holds, and
+    /// its picks scan from here: a fellow joiner's picks passed this joiner's own stripe,
+    /// which fellows rarely hold, at every pick. Moved back to a chunk's place whenever a
+    /// chunk is needed again or the source tells it holds a chunk it did not.
+    from: usize,
     holdings: Holdings,
     /// Chunks this source must not be asked for again (it sent garbage or lacked them).
     bad: HashSet<usize>,
@@ -81,7 +99,7 @@ pub struct Swarm {
     /// The first stripe, `(index, count)`: the member's place in the rank table. `None`:
     /// a start chosen at random.
     pub guess: Option<(usize, usize)>,
-    /// Shuffles the chunks outside this joiner's stripe ([`striped_order`]); random in a
+    /// Shuffles the chunks outside this joiner's stripe (`order::striped_order`); random in a
     /// fetch, fixed in tests.
     pub seed: u64,
 }
@@ -91,6 +109,25 @@ pub struct Swarm {
 pub struct Scheduler {
     chunks: Vec<ChunkState>,
     order: Vec<usize>,
+    /// Each chunk's position in `order`.
+    rank: Vec<usize>,
+    /// Positions of `order` before this one hold verified chunks only (a verified chunk
+    /// stays so), and every scan starts here. Scanning from the start made a fetch's picks
+    /// O(chunks²) in all: ~1.3·10⁹ steps for a 100 GB set of 2 MiB chunks.
+    settled: usize,
+    /// Positions of `order` before this one hold no chunk a full source's first choice
+    /// may take: each chunk is verified, in flight, or held or fetched by a live fellow
+    /// joiner. A full source that finished this joiner's stripe scanned every chunk the
+    /// fellows pass around at each pick (O(chunks) each, most of the fetch); set back to
+    /// `settled` whenever that may stop being true (a chunk given back, a fellow lost or
+    /// telling less than before).
+    screened: usize,
+    /// The verified chunks (the `Done` states as bits).
+    done: ChunkBits,
+    /// The chunks in flight (the `InFlight` states as bits), kept as they change: a worker
+    /// advertises them with every batch it asks for, and building them from the states
+    /// each time was O(chunks) per batch.
+    flying: ChunkBits,
     sources: Vec<SourceView>,
     /// The sources' addresses, by index (for the stripe among the joiners found).
     addresses: Vec<IpAddr>,
@@ -120,10 +157,17 @@ impl Scheduler {
         let remaining = chunks.iter().filter(|c| **c != ChunkState::Done).count();
         Scheduler {
             chunks,
+            rank: ranks(&order),
             order,
+            settled: 0,
+            screened: 0,
+            done: held.clone(),
+            flying: ChunkBits::new(n),
             sources: vec![
                 SourceView {
                     alive: true,
+                    flying: 0,
+                    from: 0,
                     holdings: Holdings::Unknown,
                     bad: HashSet::new(),
                     corrupt: 0,
@@ -169,6 +213,10 @@ impl Scheduler {
         );
         let n = self.chunks.len();
         self.order = striped_order(n, index, joiners.len(), self.seed);
+        self.rank = ranks(&self.order);
+        self.settled = 0;
+        self.screened = 0;
+        self.sources.iter_mut().for_each(|s| s.from = 0);
         self.own_until_restriped = None;
     }
 
@@ -188,23 +236,37 @@ impl Scheduler {
 
     /// Records a source's `Have` bitmaps: held (full = a full source) and in flight.
     pub fn set_holdings(&mut self, src: usize, bits: ChunkBits, coming: ChunkBits) {
-        self.sources[src].holdings = if bits.is_full() {
+        let now = if bits.is_full() {
             Holdings::Full
         } else {
             Holdings::Partial(bits, coming)
         };
+        // What a fellow has or gets counts only while it is partial and tells no less.
+        let kept = match (&self.sources[src].holdings, &now) {
+            (Holdings::Partial(h0, c0), Holdings::Partial(h, c)) => {
+                h0.within(h, c) && c0.within(h, c)
+            }
+            (Holdings::Partial(..), Holdings::Full) => false,
+            _ => true,
+        };
+        if !kept {
+            self.screened = 0;
+        }
+        let from = match (&self.sources[src].holdings, &now) {
+            (Holdings::Partial(h0, _), Holdings::Partial(h, _)) => h
+                .added_since(h0)
+                .map(|i| self.rank[i])
+                .fold(self.sources[src].from, usize::min),
+            _ => 0,
+        };
+        self.sources[src].from = from;
+        self.sources[src].holdings = now;
         self.restripe_once_told();
     }
 
     /// Chunks in flight from any source (what this joiner advertises as coming).
     pub fn in_flight(&self) -> ChunkBits {
-        let mut b = ChunkBits::new(self.chunks.len());
-        for (i, c) in self.chunks.iter().enumerate() {
-            if matches!(c, ChunkState::InFlight(_)) {
-                b.set(i);
-            }
-        }
-        b
+        self.flying.clone()
     }
 
     /// Whether the source is alive.
@@ -234,15 +296,15 @@ impl Scheduler {
             }
     }
 
-    /// Every chunk is verified here or held by a live fellow joiner. O(chunks × sources),
-    /// asked only when a full source found nothing else to send.
+    /// Every chunk is verified here or held by a live fellow joiner.
     fn joiners_hold_all(&self) -> bool {
-        (0..self.chunks.len()).all(|i| {
-            self.chunks[i] == ChunkState::Done
-                || self.sources.iter().any(|s| {
-                    s.alive && matches!(&s.holdings, Holdings::Partial(held, _) if held.get(i))
-                })
-        })
+        let parts: Vec<&ChunkBits> = std::iter::once(&self.done)
+            .chain(self.sources.iter().filter_map(|s| match &s.holdings {
+                Holdings::Partial(held, _) if s.alive => Some(held),
+                _ => None,
+            }))
+            .collect();
+        ChunkBits::union_is_full(self.chunks.len(), &parts)
     }
 
     /// Some live fellow joiner holds chunk `i` or is fetching it.
@@ -255,7 +317,13 @@ impl Scheduler {
     /// The next chunk to request from `src`, marked in flight; `None` if it has nothing
     /// useful right now.
     pub fn next_for(&mut self, src: usize) -> Option<usize> {
-        let needed = |i: &usize| self.chunks[*i] == ChunkState::Needed && self.holds(src, *i);
+        while self
+            .order
+            .get(self.settled)
+            .is_some_and(|&i| self.chunks[i] == ChunkState::Done)
+        {
+            self.settled += 1;
+        }
         let pick = if self.is_full(src) {
             // Endgame: once every needed chunk is with a fellow joiner, a full source still
             // helps (a peer may be slow or die), but one chunk at a time, so members do not
@@ -264,35 +332,82 @@ impl Scheduler {
             // chunk left that only they can send; helping earlier made the existing member
             // send 6-8 % of the set twice while its last chunks were still on their way:
             // issue 20), or when few chunks are left (a slow fellow joiner's last ones).
-            let idle = !self.chunks.contains(&ChunkState::InFlight(src))
-                && (self.joiners_hold_all() || self.remaining <= ENDGAME_CHUNKS * self.alive());
-            self.order
-                .iter()
-                .copied()
-                .find(|i| needed(i) && !self.a_peer_has_or_gets(*i))
-                .or_else(|| {
-                    idle.then(|| self.order.iter().copied().find(needed))
-                        .flatten()
-                })
+            let idle = self.sources[src].flying == 0
+                && (self.remaining <= ENDGAME_CHUNKS * self.alive() || self.joiners_hold_all());
+            let (first, stop) = self.first_unshared(src, self.screened.max(self.settled));
+            self.screened = stop;
+            match first {
+                Some(i) => Some(i),
+                None if idle => self.first_needed(src),
+                None => None,
+            }
         } else {
-            self.order.iter().copied().find(needed)
+            self.first_needed(src)
         }?;
-        self.chunks[pick] = ChunkState::InFlight(src);
+        self.set_state(pick, ChunkState::InFlight(src));
         Some(pick)
+    }
+
+    /// The first needed chunk in this joiner's order that `src` holds (scanned from the
+    /// source's [`SourceView::from`], which moves up to it).
+    fn first_needed(&mut self, src: usize) -> Option<usize> {
+        let from = self.sources[src].from.max(self.settled);
+        let at = self.order[from..]
+            .iter()
+            .position(|&i| self.chunks[i] == ChunkState::Needed && self.holds(src, i))
+            .map(|p| from + p);
+        self.sources[src].from = at.unwrap_or(self.order.len());
+        at.map(|p| self.order[p])
+    }
+
+    /// From position `from` of the order: the first needed chunk `src` holds that no live
+    /// fellow joiner has or gets, and the position of the first needed chunk no fellow has
+    /// or gets, held by `src` or not (where [`Scheduler::screened`] may move to).
+    fn first_unshared(&self, src: usize, from: usize) -> (Option<usize>, usize) {
+        let mut stop = None;
+        for (at, &i) in self.order.iter().enumerate().skip(from) {
+            if self.chunks[i] != ChunkState::Needed || self.a_peer_has_or_gets(i) {
+                continue;
+            }
+            let stop = *stop.get_or_insert(at);
+            if self.holds(src, i) {
+                return (Some(i), stop);
+            }
+        }
+        (None, stop.unwrap_or(self.order.len()))
     }
 
     /// Chunk `i` arrived from `src` and verified.
     pub fn complete(&mut self, i: usize) {
         if self.chunks[i] != ChunkState::Done {
-            self.chunks[i] = ChunkState::Done;
+            self.set_state(i, ChunkState::Done);
             self.remaining -= 1;
         }
     }
 
     fn requeue(&mut self, i: usize) {
         if self.chunks[i] != ChunkState::Done {
-            self.chunks[i] = ChunkState::Needed;
+            self.set_state(i, ChunkState::Needed);
+            self.screened = 0;
+            let r = self.rank[i];
+            self.sources.iter_mut().for_each(|s| s.from = s.from.min(r));
         }
+    }
+
+    /// Moves chunk `i` to `to`, the in-flight bits and counts with it.
+    fn set_state(&mut self, i: usize, to: ChunkState) {
+        if let ChunkState::InFlight(s) = self.chunks[i] {
+            self.flying.clear(i);
+            self.sources[s].flying -= 1;
+        }
+        if let ChunkState::InFlight(s) = to {
+            self.flying.set(i);
+            self.sources[s].flying += 1;
+        }
+        if to == ChunkState::Done {
+            self.done.set(i);
+        }
+        self.chunks[i] = to;
     }
 
     /// Chunk `i` from `src` did not match its digest.
@@ -322,11 +437,12 @@ impl Scheduler {
     /// `src` is gone: its in-flight chunks go back to the queue. Returns how many.
     pub fn lose(&mut self, src: usize) -> usize {
         self.sources[src].alive = false;
-        let mut n = 0;
-        for c in &mut self.chunks {
-            if *c == ChunkState::InFlight(src) {
-                *c = ChunkState::Needed;
-                n += 1;
+        // What it had or got no longer counts as a fellow's.
+        self.screened = 0;
+        let n = self.sources[src].flying;
+        for i in 0..self.chunks.len() {
+            if self.chunks[i] == ChunkState::InFlight(src) {
+                self.requeue(i);
             }
         }
         self.restripe_once_told();
@@ -344,44 +460,6 @@ impl Scheduler {
         };
         (0..self.chunks.len()).find(|&i| self.chunks[i] == ChunkState::Needed && hopeless(i))
     }
-}
-
-/// The start chunk for joiner `index` of `count` joiners syncing together.
-fn stripe_start(n: usize, index: usize, count: usize) -> usize {
-    (n * index.checked_rem(count).unwrap_or(0))
-        .checked_div(count)
-        .unwrap_or(0)
-}
-
-/// Joiner `index`'s stripe of `count` first, from its start, then every other chunk in an
-/// order shuffled by `seed` (each joiner its own). A joiner done with its own stripe helps
-/// its fellows, and helpers in one fixed order collide: taken from the next stripe's start,
-/// a helper asked for the very chunk the owner asked for next (21 of 128 chunks left the
-/// member twice with eight joiners); taken from each stripe's end, several helpers reached
-/// a slow owner's stripe end together and asked for the same chunks within 30 ms of each
-/// other, too close for any `Have` poll (14 chunks twice in one run; per-chunk logs,
-/// issue 20). Shuffled, two helpers or a helper and the owner pick the same chunk only by
-/// chance.
-fn striped_order(n: usize, index: usize, count: usize, seed: u64) -> Vec<usize> {
-    use rand::SeedableRng as _;
-    use rand::seq::SliceRandom as _;
-    let count = count.clamp(1, n.max(1));
-    let own = index % count;
-    let start = stripe_start(n, own, count);
-    let end = if own + 1 == count {
-        n
-    } else {
-        stripe_start(n, own + 1, count)
-    };
-    let mut others: Vec<usize> = (0..start).chain(end..n).collect();
-    others.shuffle(&mut rand::rngs::StdRng::seed_from_u64(seed));
-    (start..end).chain(others).collect()
-}
-
-/// `0..n` starting at `start` (mod n) and wrapping.
-fn rotated(n: usize, start: usize) -> Vec<usize> {
-    let start = start.checked_rem(n).unwrap_or(0);
-    (start..n).chain(0..start).collect()
 }
 
 #[cfg(test)]

@@ -210,3 +210,100 @@ fn a_joiner_takes_its_own_stripe_from_its_start_then_the_rest_in_its_own_shuffle
     sorted.sort_unstable();
     assert_eq!(sorted, [0, 1, 2, 7, 8, 9], "{picks:?}");
 }
+
+/// The pick of the scheduler without its cursors: every scan from the order's start, the
+/// in-flight chunks and the joiners' holdings counted afresh (what `next_for` did before
+/// it kept `settled`, `screened`, each source's `from` and the in-flight bits).
+fn pick_by_full_scan(s: &Scheduler, src: usize) -> Option<usize> {
+    let needed = |i: usize| s.chunks[i] == ChunkState::Needed && s.holds(src, i);
+    if s.is_full(src) {
+        let hold_all = (0..s.chunks.len()).all(|i| {
+            s.chunks[i] == ChunkState::Done
+                || s.sources
+                    .iter()
+                    .any(|v| v.alive && matches!(&v.holdings, Holdings::Partial(h, _) if h.get(i)))
+        });
+        let idle = !s.chunks.contains(&ChunkState::InFlight(src))
+            && (hold_all || s.remaining <= ENDGAME_CHUNKS * s.alive());
+        s.order
+            .iter()
+            .copied()
+            .find(|&i| needed(i) && !s.a_peer_has_or_gets(i))
+            .or_else(|| {
+                idle.then(|| s.order.iter().copied().find(|&i| needed(i)))
+                    .flatten()
+            })
+    } else {
+        s.order.iter().copied().find(|&i| needed(i))
+    }
+}
+
+/// Random fetches (picks, completions, corrupt and missing chunks, fellows telling more or
+/// less and finishing, sources lost, a restripe): every pick is the one a scan of the whole
+/// order makes, and the in-flight bits and counts match the chunks' states.
+#[test]
+fn the_cursors_never_change_a_pick() {
+    use rand::{Rng as _, SeedableRng as _};
+    let n = 150;
+    for seed in 0..40u64 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut sw = swarm(4, 1, 4);
+        sw.own = Some(ip(9));
+        let mut s = Scheduler::new(n, &bits(n, &[3, 70]), sw);
+        s.set_holdings(0, ChunkBits::full(n), ChunkBits::new(n));
+        let mut held: Vec<ChunkBits> = vec![ChunkBits::new(n); 4];
+        for _ in 0..3000 {
+            let src = rng.random_range(0..4);
+            match rng.random_range(0..10) {
+                0..=3 => {
+                    let want = pick_by_full_scan(&s, src);
+                    assert_eq!(s.next_for(src), want, "seed {seed}");
+                }
+                4 | 5 => {
+                    let flying: Vec<usize> = (0..n)
+                        .filter(|&i| matches!(s.chunks[i], ChunkState::InFlight(_)))
+                        .collect();
+                    if let Some(&i) = flying.get(rng.random_range(0..flying.len().max(1))) {
+                        let ChunkState::InFlight(from) = s.chunks[i] else {
+                            unreachable!()
+                        };
+                        match rng.random_range(0..20) {
+                            0 => {
+                                let _ = s.corrupt(i, from);
+                            }
+                            1 => s.missing(i, from),
+                            _ => s.complete(i),
+                        }
+                    }
+                }
+                6..=8 if src > 0 && s.is_live(src) => {
+                    let h = &mut held[src];
+                    match rng.random_range(0..30) {
+                        0 => *h = ChunkBits::new(n),
+                        1 => *h = ChunkBits::full(n),
+                        _ => (0..3).for_each(|_| h.set(rng.random_range(0..n))),
+                    }
+                    let coming = bits(n, &[rng.random_range(0..n)]);
+                    s.set_holdings(src, h.clone(), coming);
+                }
+                9 if rng.random_range(0..40) == 0 => {
+                    let _ = s.lose(src);
+                }
+                _ => {}
+            }
+            let flying = (0..n).filter(|&i| matches!(s.chunks[i], ChunkState::InFlight(_)));
+            assert_eq!(
+                s.in_flight(),
+                bits(n, &flying.collect::<Vec<_>>()),
+                "seed {seed}"
+            );
+            for (k, v) in s.sources.iter().enumerate() {
+                let mine = s.chunks.iter().filter(|c| **c == ChunkState::InFlight(k));
+                assert_eq!(v.flying, mine.count(), "seed {seed}, source {k}");
+            }
+            if s.is_done() {
+                break;
+            }
+        }
+    }
+}
