@@ -17,7 +17,8 @@ pub enum WeightsCommand {
     Manifest {
         /// The weights directory.
         dir: PathBuf,
-        /// Chunk size of the manifest (the agents use the default).
+        /// Chunk size of the manifest. An agent imports a declared source whose digest was
+        /// computed with the default (2 MiB) or the former default (4 MiB).
         #[arg(long, value_name = "N", value_parser = size, default_value_t = DEFAULT_CHUNK_SIZE)]
         chunk_size: u64,
         /// How the chunks are hashed: blake3 (an `hcomm-weights/v2` manifest; about a third

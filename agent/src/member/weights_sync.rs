@@ -37,7 +37,7 @@ use super::sync_warnings::SyncWarnings;
 use super::weights::{SyncFailure, SyncFuture, WeightsOutcome, WeightsRequest, WeightsSyncer};
 use crate::group_secrets::{FixedSecret, SecretLookup};
 use crate::weights::{
-    CurrentLink, DEFAULT_CHUNK_SIZE, Digest, FetchRequest, GroupId, GroupSecret, Manifest,
+    CurrentLink, Digest, FetchRequest, GroupId, GroupSecret, IMPORT_CHUNK_SIZES, Manifest,
     Progress, SourceRoots, SyncEvent, Timeouts, WeightStore, WeightsError, fetch,
 };
 
@@ -125,8 +125,9 @@ pub struct EngineSyncer {
     port: u16,
     /// The group secret each fetch authenticates with (the agent: the groups' Secrets).
     pub secrets: Arc<dyn SecretLookup>,
-    /// Chunk size the digest was computed with (`spec.weights.digest`).
-    pub chunk_size: u64,
+    /// The chunk sizes a declared source's digest (`spec.weights.digest`) may have been
+    /// computed with, tried in order by an import.
+    pub chunk_sizes: Vec<u64>,
     pub timeouts: Timeouts,
     /// Where declared local sources may lie (`--weights-source-root`); empty: none may,
     /// the weights come from peers only.
@@ -143,7 +144,7 @@ impl EngineSyncer {
             store,
             port,
             secrets: Arc::new(FixedSecret(secret)),
-            chunk_size: DEFAULT_CHUNK_SIZE,
+            chunk_sizes: IMPORT_CHUNK_SIZES.to_vec(),
             timeouts: Timeouts {
                 connect: Duration::from_secs(3),
                 ..Timeouts::default()
@@ -182,11 +183,11 @@ impl EngineSyncer {
         version: &str,
         started: Instant,
     ) -> Result<WeightsOutcome, SyncFailure> {
-        let (store, chunk, l) = (self.store.clone(), self.chunk_size, link.clone());
+        let (store, sizes, l) = (self.store.clone(), self.chunk_sizes.clone(), link.clone());
         let (d, roots) = (dir.clone(), self.source_roots.clone());
         let r = tokio::task::spawn_blocking(move || {
             let source = roots.open(&d)?;
-            store.install_source(&source, &digest, chunk)?;
+            store.install_source(&source, &digest, &sizes)?;
             store.activate(&digest, &l)
         })
         .await

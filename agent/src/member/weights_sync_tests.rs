@@ -136,7 +136,7 @@ async fn the_first_member_imports_a_verified_set_and_a_wrong_digest_is_refused()
     let digest = crate::weights::manifest_digest(&src, 64 << 10).unwrap();
     let store = WeightStore::open(tmp.join("store")).unwrap();
     let mut s = EngineSyncer::new(store, 1, GroupSecret::new(b"s".to_vec()));
-    s.chunk_size = 64 << 10;
+    s.chunk_sizes = vec![64 << 10];
     s.source_roots = SourceRoots::new([tmp.clone()]).unwrap();
     assert_eq!(s.sync(&req(None, vec![])).await.unwrap().path, None);
 
@@ -220,7 +220,7 @@ async fn a_later_member_fetches_from_a_peer_and_without_holders_falls_back_to_th
         },
     ));
     let mut s0 = EngineSyncer::new(store0, port, secret.clone());
-    s0.chunk_size = 64 << 10;
+    s0.chunk_sizes = vec![64 << 10];
     s0.source_roots = SourceRoots::new([tmp.clone()]).unwrap();
     let mut r0 = req(spec.clone(), peers(&[("n1", "127.0.0.2")]));
     r0.node = "n0".into();
@@ -234,7 +234,7 @@ async fn a_later_member_fetches_from_a_peer_and_without_holders_falls_back_to_th
 
     // Member 1 (127.0.0.2) fetches from member 0 over TCP.
     let mut s1 = EngineSyncer::new(WeightStore::open(tmp.join("s1")).unwrap(), port, secret);
-    s1.chunk_size = 64 << 10;
+    s1.chunk_sizes = vec![64 << 10];
     let mut r1 = req(spec, peers(&[("n0", "127.0.0.1")]));
     r1.node = "n1".into();
     r1.local_ip = "127.0.0.2".parse().unwrap();
@@ -271,7 +271,7 @@ async fn a_source_outside_the_roots_or_through_a_symlink_is_refused_and_nothing_
     };
     let store = WeightStore::open(tmp.join("store")).unwrap();
     let mut s = EngineSyncer::new(store, 1, GroupSecret::new(b"s".to_vec()));
-    s.chunk_size = 64 << 10;
+    s.chunk_sizes = vec![64 << 10];
     // No root configured (the chart's default): even the right set is refused.
     let e = s
         .sync(&req(spec(&src.display().to_string()), vec![]))

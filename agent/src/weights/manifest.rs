@@ -30,8 +30,20 @@ use super::error::{Result, WeightsError, io_at};
 pub const MANIFEST_FORMAT_V1: &str = "hcomm-weights/v1";
 /// The `format` of a manifest that names its chunk hash (`chunk_hash`).
 pub const MANIFEST_FORMAT_V2: &str = "hcomm-weights/v2";
-/// Default chunk size: 4 MiB (big enough to keep pipes full, small enough to stripe).
-pub const DEFAULT_CHUNK_SIZE: u64 = 4 << 20;
+/// Default chunk size: 2 MiB. Joiners pass a chunk on only once it is whole and verified,
+/// so each hop through a fellow joiner costs one chunk's time on an uplink it shares with
+/// every other joiner: at 4 MiB (the default before) eight joiners took 1.17–1.21× one
+/// joiner's time at 500 Mbit/s, at 2 MiB 1.14–1.15×, at 1 MiB 1.11–1.14× for ~0.15 more
+/// CPU-s per GiB (`docs/benchmarks.md`). 2 MiB also keeps the manifest of a 1.3 TB set
+/// (~650,000 chunks) under [`MAX_MANIFEST_BYTES`]; 1 MiB would not.
+pub const DEFAULT_CHUNK_SIZE: u64 = 2 << 20;
+/// The default chunk size before [`DEFAULT_CHUNK_SIZE`]: digests users computed with it
+/// stay valid, so an import tries it too ([`IMPORT_CHUNK_SIZES`]).
+pub const FORMER_DEFAULT_CHUNK_SIZE: u64 = 4 << 20;
+/// The chunk sizes a declared source's digest may have been computed with, tried in this
+/// order by an import (the digest does not say which). A digest of the former default
+/// costs its import one more read of the copy.
+pub const IMPORT_CHUNK_SIZES: [u64; 2] = [DEFAULT_CHUNK_SIZE, FORMER_DEFAULT_CHUNK_SIZE];
 /// Smallest accepted chunk size.
 pub const MIN_CHUNK_SIZE: u64 = 4 << 10;
 /// Largest accepted chunk size (also bounds protocol frames).

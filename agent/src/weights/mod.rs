@@ -91,7 +91,10 @@ pub use digest::{ChunkHash, Digest};
 pub use error::{Result, SourceFailure, Subject, WeightsError};
 pub use fetch::{FetchReport, FetchRequest, Timeouts, fetch};
 pub use link::{CURRENT_LINK, CurrentLink};
-pub use manifest::{ChunkTable, DEFAULT_CHUNK_SIZE, FileEntry, Manifest};
+pub use manifest::{
+    ChunkTable, DEFAULT_CHUNK_SIZE, FORMER_DEFAULT_CHUNK_SIZE, FileEntry, IMPORT_CHUNK_SIZES,
+    Manifest,
+};
 pub use progress::{Progress, ProgressSnapshot, SourceStats, SyncEvent};
 pub use server::{ChunkServer, ServerConfig, ServerStats};
 pub use source::{Refusal, SourceDir, SourceRefused, SourceRoots};

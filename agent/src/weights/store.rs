@@ -434,7 +434,7 @@ impl WeightStore {
         if self.is_complete(expected) {
             return Ok(self.version_dir(expected));
         }
-        self.install_source(&SourceDir::trusted(source)?, expected, chunk_size)
+        self.install_source(&SourceDir::trusted(source)?, expected, &[chunk_size])
     }
 
     /// A snapshot of the known sets (the store lock is not held while they are looked at).

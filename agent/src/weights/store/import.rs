@@ -44,14 +44,14 @@ impl Drop for Cleanup {
 impl WeightStore {
     /// Installs the first members' copy from a checked source: copies it into a private
     /// staging directory, builds the manifest of the copy (what we hold is what we
-    /// checked), refuses it if its digest is not `expected`, then renames it to
-    /// `versions/<hex>` (returned). No link moves; nothing is left in staging on failure.
-    /// Blocking.
+    /// checked) with each of `chunk_sizes` in turn until one hashes to `expected`
+    /// (refused if none does), then renames it to `versions/<hex>` (returned). No link
+    /// moves; nothing is left in staging on failure. Blocking.
     pub fn install_source(
         &self,
         source: &SourceDir,
         expected: &Digest,
-        chunk_size: u64,
+        chunk_sizes: &[u64],
     ) -> Result<PathBuf> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         if self.is_complete(expected) {
@@ -68,26 +68,7 @@ impl WeightStore {
         ));
         let mut cleanup = Cleanup(Some(staging.clone()));
         let modes = copy_source(source, &staging)?;
-        // The digest does not say how its chunks were hashed: the copy is hashed under
-        // every chunk hash in its one read, and the manifest that hashes to it is the set.
-        let mut candidates = Manifest::build_each(&staging, chunk_size, &ChunkHash::ALL)?;
-        for manifest in &mut candidates {
-            for f in &mut manifest.files {
-                f.mode = *modes.get(&f.path).ok_or_else(|| {
-                    WeightsError::Invalid(format!("{} was not copied from the source", f.path))
-                })?;
-            }
-        }
-        let Some(at) = candidates.iter().position(|m| m.digest() == *expected) else {
-            return Err(WeightsError::DigestMismatch {
-                subject: Subject::Manifest,
-                peer: None,
-                expected: *expected,
-                // What `hcomm-agent weights manifest` prints for the copy.
-                actual: candidates[0].digest(),
-            });
-        };
-        let manifest = candidates.swap_remove(at);
+        let manifest = manifest_of_copy(&staging, &modes, expected, chunk_sizes)?;
         // A damaged copy of this set (a chunk found corrupt) is replaced whole.
         self.discard_version(expected)?;
         let bytes = manifest.canonical_bytes();
@@ -107,6 +88,41 @@ impl WeightStore {
             }
         }
     }
+}
+
+/// The manifest of the copy in `staging` that hashes to `expected`, the files given their
+/// source `modes`. The digest does not say how its chunks were cut or hashed: the copy is
+/// hashed under every chunk hash in one read per chunk size, the sizes in order, until a
+/// manifest hashes to it.
+fn manifest_of_copy(
+    staging: &Path,
+    modes: &HashMap<String, u32>,
+    expected: &Digest,
+    chunk_sizes: &[u64],
+) -> Result<Manifest> {
+    let mut first = None;
+    for &size in chunk_sizes {
+        let mut candidates = Manifest::build_each(staging, size, &ChunkHash::ALL)?;
+        for manifest in &mut candidates {
+            for f in &mut manifest.files {
+                f.mode = *modes.get(&f.path).ok_or_else(|| {
+                    WeightsError::Invalid(format!("{} was not copied from the source", f.path))
+                })?;
+            }
+        }
+        if let Some(at) = candidates.iter().position(|m| m.digest() == *expected) {
+            return Ok(candidates.swap_remove(at));
+        }
+        first.get_or_insert_with(|| candidates[0].digest());
+    }
+    Err(WeightsError::DigestMismatch {
+        subject: Subject::Manifest,
+        peer: None,
+        expected: *expected,
+        // What `hcomm-agent weights manifest` prints for the copy (the first size).
+        actual: first
+            .ok_or_else(|| WeightsError::Invalid("no chunk size to import with".into()))?,
+    })
 }
 
 /// Copies the checked tree into `to` (created), files `0o600`; returns each file's

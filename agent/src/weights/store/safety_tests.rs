@@ -58,7 +58,7 @@ fn a_refused_tree_leaves_no_staging_and_nothing_of_it_is_copied() {
     let store = WeightStore::open(tmp.join("store")).unwrap();
     let source = SourceRoots::new([tmp.clone()]).unwrap().open(&src).unwrap();
     let e = store
-        .install_source(&source, &d, MIN_CHUNK_SIZE)
+        .install_source(&source, &d, &[MIN_CHUNK_SIZE])
         .unwrap_err();
     let WeightsError::SourceRefused(r) = e else {
         panic!("expected a refusal, got {e}")

@@ -110,3 +110,69 @@ fn only_a_complete_set_can_be_activated() {
     assert!(!store.link_path(&g).exists());
     let _ = fs::remove_dir_all(&tmp);
 }
+
+/// One file of 3 MiB and 5 bytes: two chunks at the default size, one at the former.
+fn make_big_set(dir: &Path) {
+    fs::create_dir_all(dir).unwrap();
+    let body: Vec<u8> = (0..(3 << 20) + 5).map(|i: u32| (i % 251) as u8).collect();
+    fs::write(dir.join("w.bin"), body).unwrap();
+}
+
+fn imported_chunk_size(store: &WeightStore, d: &Digest) -> u64 {
+    Manifest::parse(&store.manifest_bytes(d).unwrap())
+        .unwrap()
+        .chunk_size
+}
+
+#[test]
+fn a_digest_of_either_import_chunk_size_imports_with_the_size_it_was_computed_with() {
+    use crate::weights::manifest::{
+        DEFAULT_CHUNK_SIZE, FORMER_DEFAULT_CHUNK_SIZE, IMPORT_CHUNK_SIZES,
+    };
+    let tmp = temp("chunk-sizes");
+    make_big_set(&tmp.join("src"));
+    for size in IMPORT_CHUNK_SIZES {
+        let d = Manifest::build(&tmp.join("src"), size).unwrap().digest();
+        let store = WeightStore::open(tmp.join(format!("store-{size}"))).unwrap();
+        let source = SourceDir::trusted(&tmp.join("src")).unwrap();
+        let version = store
+            .install_source(&source, &d, &IMPORT_CHUNK_SIZES)
+            .unwrap();
+        assert_eq!(imported_chunk_size(&store, &d), size);
+        assert_eq!(
+            fs::read(version.join("w.bin")).unwrap().len(),
+            (3 << 20) + 5
+        );
+    }
+    assert_ne!(DEFAULT_CHUNK_SIZE, FORMER_DEFAULT_CHUNK_SIZE);
+    let _ = fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn a_digest_of_no_import_chunk_size_is_refused_naming_the_default_sizes_digest() {
+    use crate::weights::manifest::{DEFAULT_CHUNK_SIZE, IMPORT_CHUNK_SIZES};
+    let tmp = temp("other-chunk-size");
+    make_big_set(&tmp.join("src"));
+    let one_mib = Manifest::build(&tmp.join("src"), 1 << 20).unwrap().digest();
+    let default = Manifest::build(&tmp.join("src"), DEFAULT_CHUNK_SIZE)
+        .unwrap()
+        .digest();
+    let store = WeightStore::open(tmp.join("store")).unwrap();
+    let source = SourceDir::trusted(&tmp.join("src")).unwrap();
+    let e = store
+        .install_source(&source, &one_mib, &IMPORT_CHUNK_SIZES)
+        .unwrap_err();
+    let WeightsError::DigestMismatch {
+        expected, actual, ..
+    } = e
+    else {
+        panic!("expected a digest mismatch, got {e}")
+    };
+    assert_eq!((expected, actual), (one_mib, default));
+    assert_eq!(versions(&store), 0);
+    // Asked to try that size too, the same source imports.
+    store
+        .install_source(&source, &one_mib, &[DEFAULT_CHUNK_SIZE, 1 << 20])
+        .unwrap();
+    let _ = fs::remove_dir_all(&tmp);
+}
