@@ -11,7 +11,12 @@ fn run_weights(w: &WeightsCommand) -> hcomm_agent::weights::Result<String> {
             chunk_size,
             chunk_hash,
             json,
-        } => tool::manifest(dir, *chunk_size, *chunk_hash, *json),
+        } => {
+            if let Some(note) = tool::chunk_size_note(*chunk_size) {
+                eprintln!("{note}");
+            }
+            tool::manifest(dir, *chunk_size, *chunk_hash, *json)
+        }
         WeightsCommand::Generate { dir, .. } => {
             let spec = w.generate_spec().expect("generate has a spec");
             tool::generate_set(dir, &spec)

@@ -10,17 +10,19 @@ use std::process::Command;
 use hcomm_agent::weights::{ChunkHash, DEFAULT_CHUNK_SIZE, Digest, Manifest, manifest_digest};
 use weights_support::TempDir;
 
-fn agent(args: &[&str]) -> String {
+/// stdout and stderr of a successful run.
+fn run(args: &[&str]) -> (String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_hcomm-agent"))
         .args(args)
         .output()
         .expect("run hcomm-agent");
-    assert!(
-        out.status.success(),
-        "hcomm-agent {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8 output")
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "hcomm-agent {args:?}: {stderr}");
+    (String::from_utf8(out.stdout).expect("UTF-8 output"), stderr)
+}
+
+fn agent(args: &[&str]) -> String {
+    run(args).0
 }
 
 fn generate(dir: &std::path::Path, seed: &str) -> String {
@@ -70,14 +72,25 @@ fn generated_sets_have_stable_digests_that_manifest_prints() {
     assert_eq!(Digest::of(bytes).to_string(), da.trim());
     let v: serde_json::Value = serde_json::from_slice(bytes).unwrap();
     assert_eq!(v["files"].as_array().unwrap().len(), 3);
-    let small = agent(&[
-        "weights",
-        "manifest",
-        &a.display().to_string(),
-        "--chunk-size",
-        "1MiB",
-    ]);
+    let with_chunks = |size: &str| {
+        run(&[
+            "weights",
+            "manifest",
+            &a.display().to_string(),
+            "--chunk-size",
+            size,
+        ])
+    };
+    // A size no agent imports with gets a note on stderr; the former default does not.
+    let (small, note) = with_chunks("1MiB");
     assert_ne!(small, da);
+    assert!(
+        note.contains("agents import a declared source only with chunks of 2 MiB or 4 MiB"),
+        "{note}"
+    );
+    let (former, quiet) = with_chunks("4MiB");
+    assert_ne!(former, da);
+    assert_eq!(quiet, "");
     // BLAKE3 chunks by default (a v2 manifest); sha256 gives the v1 manifest and digest
     // that versions before BLAKE3 printed for the same directory.
     assert_eq!(v["format"], "hcomm-weights/v2");

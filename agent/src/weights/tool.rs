@@ -22,6 +22,23 @@ pub fn manifest(dir: &Path, chunk_size: u64, hash: ChunkHash, json: bool) -> Res
     })
 }
 
+/// What `weights manifest` says on stderr when `chunk_size` is one no agent imports with
+/// (`IMPORT_CHUNK_SIZES`): the digest is right for the set, but a group whose first
+/// members import the set from its declared source would refuse it as a mismatch.
+pub fn chunk_size_note(chunk_size: u64) -> Option<String> {
+    (!super::IMPORT_CHUNK_SIZES.contains(&chunk_size)).then(|| {
+        let sizes: Vec<String> = super::IMPORT_CHUNK_SIZES
+            .iter()
+            .map(|s| format!("{} MiB", s >> 20))
+            .collect();
+        format!(
+            "note: agents import a declared source only with chunks of {}; a digest of \
+             {chunk_size}-byte chunks is for tools and tests, not spec.weights.digest",
+            sizes.join(" or ")
+        )
+    })
+}
+
 /// `weights generate`: writes the set and reports what was written and its digest with
 /// the default chunk size (what `spec.weights.digest` must carry).
 pub fn generate_set(dir: &Path, spec: &GenerateSpec) -> Result<String> {
