@@ -63,7 +63,7 @@ pub struct Args {
     #[arg(long, env = "HCOMM_LEASE_NAME", default_value = "hcomm-operator")]
     pub lease_name: String,
     /// This replica's identity in the Lease [default: $POD_NAME, else $HOSTNAME, else
-    /// hcomm-operator-<pid>].
+    /// hcomm-operator-PID].
     #[arg(long, env = "HCOMM_IDENTITY", value_name = "ID")]
     pub identity: Option<String>,
     /// Link tests older than this count as unknown.

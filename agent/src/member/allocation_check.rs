@@ -7,7 +7,7 @@
 //! that requests no NPU resource (CPU nodes) is not checked.
 //!
 //! It also hands the per-process (rank, device) pairs to the worker's assignment
-//! ([`Run::process_entries`]).
+//! (`Run::processes`).
 
 use std::time::Duration;
 

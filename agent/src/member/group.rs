@@ -162,7 +162,7 @@ pub fn member_pods_params(name: &str, at: &ReadAt) -> ListParams {
 /// read all at once, one joiner of a large group would flood the API server.
 const NODE_READS_IN_FLIGHT: usize = 8;
 
-/// Each of `nodes`' `HcommNode` read as of `at`, [`NODE_READS_IN_FLIGHT`] at a time, as
+/// Each of `nodes`' `HcommNode` read as of `at`, `NODE_READS_IN_FLIGHT` at a time, as
 /// `(node, read)` in `nodes`' order; `None` where none is published.
 pub fn read_hcomm_nodes(
     client: &kube::Client,

@@ -1,6 +1,6 @@
 //! Weight sync: how a joining member gets the model weights from members that already
 //! hold them, verified chunk by chunk, before it may take traffic (the `Syncing` phase of
-//! the member lifecycle; `hcomm.io/weights-synced` turns True only after [`fetch`] returns).
+//! the member lifecycle; `hcomm.io/weights-synced` turns True only after [`fetch()`] returns).
 //!
 //! # Data flow
 //!
@@ -23,7 +23,7 @@
 //! - [`protocol`] and [`auth`]: frames (checked complete, bounded) and the HMAC handshake.
 //! - [`server`]: [`ChunkServer::serve`] on the data address, bounded connections;
 //!   `sendfile`: a chunk from the page cache to the socket, no user-space copy.
-//! - [`schedule`] (pure policy), [`fetch`] (the driver), `worker` and `conn` (the I/O):
+//! - [`schedule`] (pure policy), [`fetch`](mod@fetch) (the driver), `worker` and `conn` (the I/O):
 //!   the joiner.
 //! - [`progress`]: counters and [`SyncEvent`]s for metrics and Kubernetes Events.
 //! - [`error`]: [`WeightsError`] with fixed categories.

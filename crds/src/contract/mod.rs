@@ -1,6 +1,6 @@
 //! Names shared by the operator, the agent and the worker: labels, annotations, Pod
 //! condition types, group condition types and their reasons ([`pod`], [`group`], as
-//! enums), and the workers' environment ([`env`]).
+//! enums), and the workers' environment ([`env`](mod@env)).
 //!
 //! One writer per field keeps the two controllers from racing: the operator writes the
 //! labels, annotations and the group status; the agent writes the Pod conditions below

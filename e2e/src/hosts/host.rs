@@ -21,7 +21,7 @@ pub struct SimHost {
 }
 
 impl SimHost {
-    /// Position in [`SimHosts::hosts`].
+    /// Position in [`SimHosts::hosts`](super::SimHosts::hosts).
     pub fn index(&self) -> usize {
         self.index
     }

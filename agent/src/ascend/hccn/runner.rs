@@ -1,6 +1,6 @@
 //! Running `hccn_tool`: one call at a time on the node (the driver documents that the
 //! tool does not support concurrent use; MindCluster serialises it behind a mutex too), so
-//! every call in this process takes [`TOOL_LOCK`]; each call has a deadline that covers
+//! every call in this process takes `TOOL_LOCK`; each call has a deadline that covers
 //! waiting for the lock and the run, and a child past it is killed. Output is bounded.
 //! The parsing is in [`super::output`].
 
