@@ -32,10 +32,10 @@ pub const MANIFEST_FORMAT_V1: &str = "hcomm-weights/v1";
 pub const MANIFEST_FORMAT_V2: &str = "hcomm-weights/v2";
 /// Default chunk size: 2 MiB. Joiners pass a chunk on only once it is whole and verified,
 /// so each hop through a fellow joiner costs one chunk's time on an uplink it shares with
-/// every other joiner: at 4 MiB (the default before) eight joiners took 1.17–1.21× one
-/// joiner's time at 500 Mbit/s, at 2 MiB 1.14–1.15×, at 1 MiB 1.11–1.14× for ~0.15 more
-/// CPU-s per GiB (`docs/benchmarks.md`). 2 MiB also keeps the manifest of a 1.3 TB set
-/// (~650,000 chunks) under [`MAX_MANIFEST_BYTES`]; 1 MiB would not.
+/// every other joiner: eight joiners took 1.19× one joiner's time at 500 Mbit/s with
+/// 4 MiB (the default before), 1.14× with 2 MiB and 1.13× with 1 MiB (medians), 1 MiB for
+/// ~0.1 more CPU-s per GiB (`docs/benchmarks.md`). 2 MiB also keeps the manifest of a
+/// 1.3 TB set (~650,000 chunks) under [`MAX_MANIFEST_BYTES`]; 1 MiB would not.
 pub const DEFAULT_CHUNK_SIZE: u64 = 2 << 20;
 /// The default chunk size before [`DEFAULT_CHUNK_SIZE`]: digests users computed with it
 /// stay valid, so an import tries it too ([`IMPORT_CHUNK_SIZES`]).
