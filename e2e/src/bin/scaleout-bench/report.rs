@@ -286,7 +286,7 @@ impl Report<'_> {
         }
         let _ = writeln!(
             md,
-            "weights: {} MiB per run, generated with a distinct seed per run (4 files, 4 MiB chunks)",
+            "weights: {} MiB per run, generated with a distinct seed per run (4 files, cut at the agent's default chunk size)",
             self.args.size_mib
         );
         let _ = writeln!(md, "```");
