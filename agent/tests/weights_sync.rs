@@ -465,3 +465,36 @@ async fn three_joiners_get_256_mib_despite_a_killed_and_a_corrupt_source() {
     eprintln!("corrupt chunks seen: {corrupt}, sources lost: {lost}");
     assert!(lost >= 1, "the killed member was noticed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_learned_while_the_fetch_runs_is_asked_and_nothing_is_fetched_twice() {
+    // The fetch's only source dies right after a second one is sent to it (an early sync
+    // learning its fellows): without asking the new one, it would end with no sources.
+    let set = TempDir::new("set");
+    generate_set(set.path(), 64, 6);
+    let digest = digest_of(set.path());
+    let first = origin(set.path(), digest, host(11), ServerConfig::new(secret())).await;
+    let later = origin(set.path(), digest, host(12), ServerConfig::new(secret())).await;
+    let j = joiner(host(21)).await;
+    let (tx, rx) = tokio::sync::watch::channel(vec![first.addr]);
+    let kill = first.task.abort_handle();
+    let (both, v) = (vec![first.addr, later.addr], AtomicUsize::new(0));
+    let progress = Progress::with_callback(move |e| {
+        if matches!(e, SyncEvent::ChunkVerified { .. }) && v.fetch_add(1, Ordering::SeqCst) == 3 {
+            tx.send_replace(both.clone());
+            kill.abort();
+        }
+    });
+    let mut req = request(digest, vec![first.addr], j.store.clone());
+    req.more_sources = Some(rx);
+    let report = fetch(req, progress).await.unwrap();
+    assert_installed(&j.store, digest);
+    let p = &report.progress;
+    assert!(p.per_source[&first.addr].chunks >= 4, "{p:?}");
+    assert!(p.per_source[&later.addr].chunks > 0, "{p:?}");
+    assert_eq!(
+        p.bytes_fetched, p.total_bytes,
+        "a verified chunk fetched again"
+    );
+    assert_eq!(p.sources_lost, 1);
+}

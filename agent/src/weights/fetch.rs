@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
 use super::bitset::ChunkBits;
@@ -49,7 +49,7 @@ pub struct FetchReport {
 }
 
 /// Fetches `req.manifest_digest`, installs it and points `req.link` at it.
-pub async fn fetch(req: FetchRequest, progress: Progress) -> Result<FetchReport> {
+pub async fn fetch(mut req: FetchRequest, progress: Progress) -> Result<FetchReport> {
     let digest = req.manifest_digest;
     let store = req.dest.clone();
     if store.is_complete(&digest) {
@@ -77,6 +77,7 @@ pub async fn fetch(req: FetchRequest, progress: Progress) -> Result<FetchReport>
     tracing::info!(weights = %digest, chunks = set.table.len(), resumed, sources = req.sources.len(), "fetching weights");
     let n = set.table.len();
     let held = held_bits(&set);
+    let more = req.more_sources.take();
     let swarm = Swarm {
         sources: req.sources.iter().map(SocketAddr::ip).collect(),
         own: req.bind,
@@ -91,7 +92,7 @@ pub async fn fetch(req: FetchRequest, progress: Progress) -> Result<FetchReport>
         progress: progress.clone(),
         last_progress: Mutex::new(Instant::now()),
     });
-    run_workers(&ctx, tried).await?;
+    run_workers(&ctx, tried, more).await?;
     let set = ctx.set.clone();
     let path = blocking(move || store.finalize(&set)).await?;
     ctx.req.dest.activate(&digest, &ctx.req.link)?;
@@ -197,12 +198,16 @@ async fn fetch_manifest(
     })
 }
 
-/// Runs one worker per source until the set is complete, sources run out, or it stalls.
-async fn run_workers(ctx: &Arc<Ctx>, mut tried: Vec<SourceFailure>) -> Result<()> {
-    let mut workers = JoinSet::new();
+/// Runs one worker per source, and one per source learned on `more`, until the set is
+/// complete, sources run out, or it stalls.
+async fn run_workers(
+    ctx: &Arc<Ctx>,
+    mut tried: Vec<SourceFailure>,
+    mut more: Option<watch::Receiver<Vec<SocketAddr>>>,
+) -> Result<()> {
+    let mut workers = Workers::default();
     for (i, &src) in ctx.req.sources.iter().enumerate() {
-        let ctx = ctx.clone();
-        workers.spawn(async move { (src, worker(&ctx, i, src).await) });
+        workers.spawn(ctx, i, src);
     }
     let check = ctx.req.timeouts.have_poll.max(Duration::from_millis(50));
     loop {
@@ -225,7 +230,7 @@ async fn run_workers(ctx: &Arc<Ctx>, mut tried: Vec<SourceFailure>) -> Result<()
                     ),
                 });
             }
-            if workers.is_empty() {
+            if workers.set.is_empty() {
                 return Err(WeightsError::NoSources {
                     manifest: ctx.req.manifest_digest,
                     remaining_chunks: s.remaining(),
@@ -245,8 +250,16 @@ async fn run_workers(ctx: &Arc<Ctx>, mut tried: Vec<SourceFailure>) -> Result<()
             });
         }
         tokio::select! {
+            // Sources learned first: the last source lost just after new ones were sent
+            // must not end the fetch for want of sources.
+            biased;
+            sources = learned(&mut more) => {
+                for src in sources {
+                    workers.learned(ctx, src);
+                }
+            }
             _ = ctx.changed.notified() => {}
-            Some(done) = workers.join_next() => {
+            Some(done) = workers.set.join_next() => {
                 if let Ok((src, Err(e))) = done {
                     tried.push(SourceFailure { source: src, reason: e.to_string() });
                 }
@@ -254,8 +267,51 @@ async fn run_workers(ctx: &Arc<Ctx>, mut tried: Vec<SourceFailure>) -> Result<()
             _ = tokio::time::sleep(check) => {}
         }
     }
-    workers.shutdown().await;
+    workers.set.shutdown().await;
     Ok(())
+}
+
+/// The workers of a fetch, one per source.
+#[derive(Default)]
+struct Workers {
+    set: JoinSet<(SocketAddr, Result<()>)>,
+    /// Every source a worker was started for.
+    asked: Vec<SocketAddr>,
+}
+
+impl Workers {
+    fn spawn(&mut self, ctx: &Arc<Ctx>, i: usize, src: SocketAddr) {
+        self.asked.push(src);
+        let ctx = ctx.clone();
+        self.set
+            .spawn(async move { (src, worker(&ctx, i, src).await) });
+    }
+
+    /// Adds `src` to the scheduler and starts its worker, unless it is asked already.
+    fn learned(&mut self, ctx: &Arc<Ctx>, src: SocketAddr) {
+        if self.asked.contains(&src) {
+            return;
+        }
+        tracing::info!(source = %src, "a source joined the fetch under way");
+        let i = ctx
+            .sched
+            .lock()
+            .expect("scheduler lock")
+            .add_source(src.ip());
+        self.spawn(ctx, i, src);
+    }
+}
+
+/// The next list of sources sent on `more`; never, once its sender is gone (or without
+/// one).
+async fn learned(more: &mut Option<watch::Receiver<Vec<SocketAddr>>>) -> Vec<SocketAddr> {
+    if let Some(rx) = more
+        && rx.changed().await.is_ok()
+    {
+        return rx.borrow_and_update().clone();
+    }
+    *more = None;
+    std::future::pending().await
 }
 
 fn failures(tried: &[SourceFailure], note: String) -> Vec<SourceFailure> {

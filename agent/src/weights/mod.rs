@@ -42,7 +42,9 @@
 //! shuffled), skipping chunks some fellow joiner already holds or is fetching, and asks
 //! fellow joiners for what they hold, one chunk at a time each (`partial_parallelism`: a
 //! fellow's uplink serves every joiner, and a request queued behind its others made each
-//! chunk reach the last joiners later, which they paid for at the end).
+//! chunk reach the last joiners later, which they paid for at the end). Sources learned
+//! while a fetch runs (`FetchRequest::more_sources`: a joiner's early sync learning its
+//! fellows) join it without losing what is in flight.
 //! Effect with one existing member S and joiners J0..J2 on equal links of rate L: S's
 //! uplink is split three ways into disjoint stripes (each ~L/3), and each joiner receives
 //! the other two stripes from its peers (~2L/3), so every joiner's downlink runs at about

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use std::sync::Arc;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use super::auth::{GroupId, GroupSecret};
 use super::digest::Digest;
@@ -74,6 +74,13 @@ pub struct FetchRequest {
     pub bind: Option<IpAddr>,
     /// The link swapped to the set once it is installed (the agent: the group's link).
     pub link: CurrentLink,
+    /// Sources learned while the fetch runs: each value sent is the whole list so far,
+    /// and any address in it the fetch does not ask yet becomes a source (a joiner's early
+    /// sync, begun from the serving members alone, learning its fellow joiners from its
+    /// own rank table). Stopping the fetch and beginning anew with them lost every chunk
+    /// in flight on the serving members' uplinks, the swarm's bottleneck. `None`: the
+    /// sources are fixed.
+    pub more_sources: Option<watch::Receiver<Vec<SocketAddr>>>,
 }
 
 impl FetchRequest {
@@ -97,6 +104,7 @@ impl FetchRequest {
             stripe: None,
             bind: None,
             link: CurrentLink::node(),
+            more_sources: None,
         }
     }
 }

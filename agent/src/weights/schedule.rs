@@ -81,6 +81,20 @@ struct SourceView {
     corrupt: u32,
 }
 
+impl SourceView {
+    /// A live source that has not told what it holds.
+    fn untold() -> SourceView {
+        SourceView {
+            alive: true,
+            flying: 0,
+            from: 0,
+            holdings: Holdings::Unknown,
+            bad: HashSet::new(),
+            corrupt: 0,
+        }
+    }
+}
+
 /// What happens to a source after a corrupt chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AfterCorrupt {
@@ -97,10 +111,11 @@ pub struct Swarm {
     /// address): the first stripe stays.
     pub own: Option<IpAddr>,
     /// The first stripe, `(index, count)`: the member's place in the rank table. `None`:
-    /// a start chosen at random.
+    /// the order starts at a chunk chosen by `seed`, and stays so unless fellow joiners
+    /// are found.
     pub guess: Option<(usize, usize)>,
-    /// Shuffles the chunks outside this joiner's stripe (`order::striped_order`); random in a
-    /// fetch, fixed in tests.
+    /// Shuffles the chunks outside this joiner's stripe (`order::striped_order`), or picks
+    /// the start without a guess; random in a fetch, fixed in tests.
     pub seed: u64,
 }
 
@@ -134,6 +149,10 @@ pub struct Scheduler {
     /// This joiner's address while its stripe is still the first guess; `None` once it
     /// was set from the joiners found (or if it never can be).
     own_until_restriped: Option<IpAddr>,
+    /// This joiner's address, for a restripe after sources were added ([`Scheduler::add_source`]).
+    own: Option<IpAddr>,
+    /// Whether the first order came from a guess (see [`Scheduler::restripe_once_told`]).
+    guessed: bool,
     seed: u64,
     remaining: usize,
 }
@@ -143,7 +162,7 @@ impl Scheduler {
     pub fn new(n: usize, held: &ChunkBits, swarm: Swarm) -> Scheduler {
         let order = match swarm.guess {
             Some((index, count)) => striped_order(n, index, count, swarm.seed),
-            None => rotated(n, rand::random::<u64>() as usize % n.max(1)),
+            None => rotated(n, (swarm.seed % n.max(1) as u64) as usize),
         };
         let chunks: Vec<_> = (0..n)
             .map(|i| {
@@ -163,19 +182,11 @@ impl Scheduler {
             screened: 0,
             done: held.clone(),
             flying: ChunkBits::new(n),
-            sources: vec![
-                SourceView {
-                    alive: true,
-                    flying: 0,
-                    from: 0,
-                    holdings: Holdings::Unknown,
-                    bad: HashSet::new(),
-                    corrupt: 0,
-                };
-                swarm.sources.len()
-            ],
+            sources: vec![SourceView::untold(); swarm.sources.len()],
             addresses: swarm.sources,
             own_until_restriped: swarm.own,
+            own: swarm.own,
+            guessed: swarm.guess.is_some(),
             seed: swarm.seed,
             remaining,
         }
@@ -205,6 +216,15 @@ impl Scheduler {
             .collect();
         joiners.sort_unstable();
         joiners.dedup();
+        if joiners.len() == 1 && !self.guessed {
+            // Found alone and never told its place: a joiner whose fellows are not known
+            // yet (an early sync, before the rank table that names them). Striped as the
+            // first of one, every such joiner asked the existing members for the same
+            // chunks in the same order, and each of those chunks left the member once per
+            // joiner; the start of its own it has keeps them apart.
+            self.own_until_restriped = None;
+            return;
+        }
         let index = joiners.iter().position(|ip| *ip == own).unwrap_or(0);
         tracing::debug!(
             index,
@@ -218,6 +238,17 @@ impl Scheduler {
         self.screened = 0;
         self.sources.iter_mut().for_each(|s| s.from = 0);
         self.own_until_restriped = None;
+    }
+
+    /// A source learned while the fetch runs (fellow joiners named by a rank table that
+    /// came after the fetch began); returns its index. Nothing it holds is known until it
+    /// tells, and once every source told this joiner stripes again among the joiners
+    /// found, as at the start: the chunks in flight stay where they are.
+    pub fn add_source(&mut self, ip: IpAddr) -> usize {
+        self.sources.push(SourceView::untold());
+        self.addresses.push(ip);
+        self.own_until_restriped = self.own;
+        self.sources.len() - 1
     }
 
     /// Chunks not yet verified.

@@ -253,7 +253,12 @@ fn the_cursors_never_change_a_pick() {
         s.set_holdings(0, ChunkBits::full(n), ChunkBits::new(n));
         let mut held: Vec<ChunkBits> = vec![ChunkBits::new(n); 4];
         for _ in 0..3000 {
-            let src = rng.random_range(0..4);
+            // Fellows named by a later table join the running fetch (up to two).
+            if held.len() < 6 && rng.random_range(0..400) == 0 {
+                assert_eq!(s.add_source(ip(10 + held.len())), held.len());
+                held.push(ChunkBits::new(n));
+            }
+            let src = rng.random_range(0..held.len());
             match rng.random_range(0..10) {
                 0..=3 => {
                     let want = pick_by_full_scan(&s, src);
@@ -306,4 +311,67 @@ fn the_cursors_never_change_a_pick() {
             }
         }
     }
+}
+
+/// A joiner at 10.0.0.9 fetching 12 chunks from `k` sources (the first the member) with no
+/// place given, its start chosen by `seed`: an early sync.
+fn early(k: usize, seed: u64) -> Scheduler {
+    let sw = Swarm {
+        own: Some(ip(9)),
+        guess: None,
+        seed,
+        ..swarm(k, 0, 1)
+    };
+    Scheduler::new(12, &ChunkBits::new(12), sw)
+}
+
+#[test]
+fn a_joiner_found_alone_without_a_guess_keeps_its_own_start() {
+    // An early sync: the existing member is the only source and the joiner's fellows are
+    // not known yet. Striped as "the first of one" every such joiner would ask the member
+    // for chunk 0 first, so each of the first chunks left the member once per joiner.
+    let alone = |seed| {
+        let mut s = early(1, seed);
+        s.set_holdings(0, ChunkBits::full(12), ChunkBits::new(12));
+        [s.next_for(0), s.next_for(0)]
+    };
+    assert_eq!(alone(7), [Some(7), Some(8)]);
+    assert_eq!(alone(17), [Some(5), Some(6)]);
+    // Fellows found: it stripes among them (10.0.0.2 and itself: the second of two).
+    let mut s = early(2, 7);
+    s.set_holdings(0, ChunkBits::full(12), ChunkBits::new(12));
+    s.set_holdings(1, ChunkBits::new(12), ChunkBits::new(12));
+    assert_eq!(s.next_for(0), Some(6));
+}
+
+#[test]
+fn fellows_added_to_a_running_fetch_are_asked_and_striped_among() {
+    // An early sync (the member alone, no guess) with chunks 7 and 8 in flight learns of
+    // a fellow joiner at 10.0.0.2; this joiner (10.0.0.9) is the second of two.
+    let mut s = early(1, 7);
+    s.set_holdings(0, ChunkBits::full(12), ChunkBits::new(12));
+    assert_eq!([s.next_for(0), s.next_for(0)], [Some(7), Some(8)]);
+    let fellow = s.add_source(ip(2));
+    assert_eq!(fellow, 1);
+    assert_eq!(
+        s.next_for(0),
+        Some(9),
+        "the fellow has not told yet: the order stays"
+    );
+    s.set_holdings(fellow, bits(12, &[0, 10]), ChunkBits::new(12));
+    assert_eq!(
+        s.next_for(fellow),
+        Some(10),
+        "the fellow is asked for what it holds, this joiner's stripe (6..12) first"
+    );
+    let member: Vec<_> = std::iter::from_fn(|| s.next_for(0)).take(3).collect();
+    assert_eq!(
+        member,
+        [6, 11, 1],
+        "its stripe from the start past what is in flight, then the others shuffled \
+         (0 is the fellow's)"
+    );
+    s.complete(7);
+    s.complete(8);
+    assert_eq!(s.remaining(), 10, "the chunks in flight before were kept");
 }
