@@ -51,6 +51,16 @@ fn joiner_before_its_table(sync: Duration) -> Kit {
     kit
 }
 
+/// One second into the early sync, the joiner's own table arrives, naming a fellow joiner;
+/// returns once the member is ready.
+async fn a_table_with_a_fellow_arrives_mid_sync(kit: &Kit) {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(*lock(&kit.weights.started), 1, "the early sync began");
+    kit.cluster.with(|s| s.table = Some((with_fellow(), 2)));
+    kit.nudge.send_replace(());
+    kit.until_ready().await;
+}
+
 fn peers(kit: &Kit, sync: usize) -> Vec<String> {
     lock(&kit.weights.requests)[sync]
         .peers
@@ -77,17 +87,30 @@ async fn a_joiner_fetches_from_the_serving_members_before_its_table_and_that_syn
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_table_with_a_fellow_joiner_stops_the_early_sync_and_syncs_anew_with_it() {
+async fn a_table_with_a_fellow_joiner_hands_it_to_the_early_sync_under_way() {
     let kit = joiner_before_its_table(Duration::from_secs(10));
     let _task = kit.start();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(*lock(&kit.weights.started), 1);
-    kit.cluster.with(|s| s.table = Some((with_fellow(), 2)));
-    kit.nudge.send_replace(());
-    kit.until_ready().await;
+    a_table_with_a_fellow_arrives_mid_sync(&kit).await;
+    assert_eq!(
+        *lock(&kit.weights.started),
+        1,
+        "not stopped, not begun anew"
+    );
+    assert_eq!(*lock(&kit.weights.grown), [["node-b", "node-c"]]);
+    assert_eq!(*lock(&kit.weights.finished), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_early_sync_over_another_interface_is_stopped_and_begun_anew() {
+    let kit = joiner_before_its_table(Duration::from_secs(10));
+    // The early check chose another data NIC than its own table's check will.
+    *lock(&kit.verifier.early_nic) = "eth9".into();
+    let _task = kit.start();
+    a_table_with_a_fellow_arrives_mid_sync(&kit).await;
     assert_eq!(*lock(&kit.weights.started), 2);
     assert_eq!(peers(&kit, 1), ["node-b", "node-c"]);
     assert_eq!(lock(&kit.weights.requests)[1].stripe, Some((1, 3)));
+    assert!(lock(&kit.weights.grown).is_empty());
     assert_eq!(
         *lock(&kit.weights.finished),
         1,

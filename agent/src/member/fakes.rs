@@ -26,7 +26,9 @@ use super::spec::MemberSpec;
 use super::state::CondUpdate;
 use super::verify::{Against, EarlySources, NicPassed, NpuSite, Verified, with_npu_check};
 use super::versions_check::NodeVersions;
-use super::weights::{SyncFailure, SyncFuture, WeightsOutcome, WeightsRequest, WeightsSyncer};
+use super::weights::{
+    PeerFeed, SyncFailure, SyncFuture, WeightsOutcome, WeightsRequest, WeightsSyncer,
+};
 use crate::ascend::hccn::conf::{self, HccnConf};
 use crate::ascend::hccn::observe::DeviceObservation;
 use crate::ascend::hccn::output::PingResult;
@@ -206,6 +208,8 @@ pub struct FakeVerifier {
     pub verified_against: Arc<Mutex<Vec<VerifiedAgainst>>>,
     /// What the early sources check answers: Ok (the table's other servers) or this error.
     pub early: Arc<Mutex<std::result::Result<(), String>>>,
+    /// The data interface the early sources check chooses (the verification: `data0`).
+    pub early_nic: Arc<Mutex<String>>,
 }
 
 /// What one verification was given besides the table: (table revision, group UID).
@@ -301,11 +305,12 @@ impl Verifier for FakeVerifier {
         let ip = self.ip.to_string();
         let peers = super::ranktable::sources(against.table, &self.node, Some(&ip));
         let early = lock(&self.early).clone();
+        let nic = lock(&self.early_nic).clone();
         async move {
             early?;
             Ok(EarlySources {
                 chosen: Chosen {
-                    name: "data0".into(),
+                    name: nic,
                     ip: self.ip,
                     why: "fake",
                 },
@@ -426,6 +431,8 @@ pub struct FakeWeights {
     pub finished: Arc<Mutex<u32>>,
     /// What each sync begun was asked for, in order.
     pub requests: Arc<Mutex<Vec<WeightsRequest>>>,
+    /// The peer names each running sync was handed later (`sync_growing`), in order.
+    pub grown: Arc<Mutex<Vec<Vec<String>>>>,
 }
 
 pub fn synced() -> WeightsOutcome {
@@ -449,6 +456,23 @@ impl WeightsSyncer for FakeWeights {
             tokio::time::sleep(delay).await;
             *lock(&self.finished) += 1;
             result
+        }
+        .boxed()
+    }
+
+    fn sync_growing<'a>(&'a self, req: &'a WeightsRequest, mut more: PeerFeed) -> SyncFuture<'a> {
+        let sync = self.sync(req);
+        async move {
+            tokio::pin!(sync);
+            loop {
+                tokio::select! {
+                    r = &mut sync => return r,
+                    Ok(()) = more.changed() => {
+                        let names = more.borrow_and_update().iter().map(|(n, _)| n.clone()).collect();
+                        lock(&self.grown).push(names);
+                    }
+                }
+            }
         }
         .boxed()
     }

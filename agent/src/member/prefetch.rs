@@ -13,8 +13,10 @@
 //! A joiner may also begin before its own rank table exists, from the serving members of
 //! the table it can read ([`super::early_sync`]): a [`Start::Early`] sync. Its outcome is
 //! taken only when it succeeded and the request it would stand for asks no source it did
-//! not have ([`Prefetch::serves`]); a request with new sources (fellow joiners to stripe
-//! with) stops it and syncs anew, keeping what it staged.
+//! not have ([`Prefetch::serves`]). A request for the same set over the same interface with
+//! new sources (fellow joiners to stripe with) is handed to the running sync, which asks
+//! them too ([`Prefetch::takes_on`]): stopped and begun anew, it lost every chunk in flight on
+//! the serving members' uplinks, which every joiner waits on.
 
 use std::sync::Arc;
 
@@ -23,6 +25,9 @@ use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
 use super::weights::{SyncFailure, WeightsOutcome, WeightsRequest, WeightsSyncer};
+
+/// Peers for a running sync, as [`super::weights::PeerFeed`] receives them.
+type PeerSender = tokio::sync::watch::Sender<Vec<(String, String)>>;
 
 type Outcome = Result<WeightsOutcome, SyncFailure>;
 
@@ -39,6 +44,8 @@ pub enum Start {
 pub struct Prefetch {
     req: WeightsRequest,
     start: Start,
+    /// Where an early sync learns more peers ([`Prefetch::takes_on`]).
+    more: Option<PeerSender>,
     task: JoinHandle<Outcome>,
 }
 
@@ -62,10 +69,28 @@ impl Prefetch {
             }
         }
         let r = req.clone();
+        let (more, feed) = match start {
+            Start::Early => {
+                let (tx, rx) = tokio::sync::watch::channel(req.peers.clone());
+                (Some(tx), Some(rx))
+            }
+            Start::NicPassed => (None, None),
+        };
         let task = tokio::spawn(
-            async move { weights.sync(&r).await }.instrument(tracing::Span::current()),
+            async move {
+                match feed {
+                    Some(feed) => weights.sync_growing(&r, feed).await,
+                    None => weights.sync(&r).await,
+                }
+            }
+            .instrument(tracing::Span::current()),
         );
-        Prefetch { req, start, task }
+        Prefetch {
+            req,
+            start,
+            more,
+            task,
+        }
     }
 
     pub fn start_kind(&self) -> Start {
@@ -85,6 +110,32 @@ impl Prefetch {
                     && req.peers.iter().all(|p| had.peers.contains(p))
             }
         }
+    }
+
+    /// Whether this sync stands for `req`'s, once handed `req`'s new peers if it can
+    /// take them.
+    pub fn takes_on(&mut self, req: &WeightsRequest) -> bool {
+        self.serves(req) || self.grow(req)
+    }
+
+    /// Hands `req`'s peers to this sync when it can take them (an early sync, `req` for
+    /// the same member, set and interface); from then on it [serves](Prefetch::serves)
+    /// `req`. Returns whether it took them.
+    fn grow(&mut self, req: &WeightsRequest) -> bool {
+        let Some(more) = &self.more else {
+            return false;
+        };
+        if sans_sources(&self.req) != sans_sources(req) {
+            return false;
+        }
+        for p in &req.peers {
+            if !self.req.peers.contains(p) {
+                self.req.peers.push(p.clone());
+            }
+        }
+        tracing::debug!(peers = ?self.req.peers, "the early weight sync asks the peers its member's table names too");
+        more.send_replace(self.req.peers.clone());
+        true
     }
 
     /// Stops the sync and waits until its task has ended (one sync per member at a time:
@@ -115,7 +166,7 @@ fn sans_sources(r: &WeightsRequest) -> WeightsRequest {
     }
 }
 
-/// The outcome of syncing `req`: the prefetch's when it [serves](Prefetch::serves) it
+/// The outcome of syncing `req`: the prefetch's when it [takes it on](Prefetch::takes_on)
 /// (an early one only when it succeeded); otherwise a new sync, after any other prefetch
 /// was stopped.
 pub async fn outcome(
@@ -123,8 +174,8 @@ pub async fn outcome(
     weights: Arc<dyn WeightsSyncer>,
     req: WeightsRequest,
 ) -> Outcome {
-    if let Some(p) = prefetch {
-        if !p.serves(&req) {
+    if let Some(mut p) = prefetch {
+        if !p.takes_on(&req) {
             tracing::debug!("the request changed since the sync began; stopping it");
             p.stop().await;
         } else if p.start == Start::NicPassed {

@@ -155,8 +155,8 @@ impl Run {
 
     /// Runs the verification `checked` and, once its data NIC part passed, starts the weight
     /// sync beside the rest ([`super::prefetch`]) — or keeps the `early` one when it serves
-    /// the verified request, and stops it otherwise; the caller drops the sync unless the
-    /// whole verification passed.
+    /// the verified request or takes its new sources ([`Prefetch::takes_on`]), and stops it
+    /// otherwise; the caller drops the sync unless the whole verification passed.
     async fn sync_once_nic_passed<T>(
         &self,
         checked: impl std::future::Future<Output = T>,
@@ -174,11 +174,12 @@ impl Run {
                     waiting = false;
                     if let Ok((chosen, plan)) = passed {
                         let req = self.weights_request(&chosen, Some(&plan));
+                        let keep = early.as_mut().is_some_and(|e| e.takes_on(&req));
                         started = match early.take() {
-                            Some(e) if e.serves(&req) => Some(e),
+                            Some(e) if keep => Some(e),
                             other => {
                                 if let Some(e) = other {
-                                    tracing::debug!("the early weight sync lacks sources the table names; syncing anew");
+                                    tracing::debug!("the early weight sync is for another set or interface; syncing anew");
                                     e.stop().await;
                                 }
                                 Some(Prefetch::start(self.ports.weights.clone(), req, PrefetchStart::NicPassed))

@@ -92,6 +92,7 @@ impl Kit {
                 hccl_missing: Default::default(),
                 verified_against: Default::default(),
                 early: Arc::new(std::sync::Mutex::new(Ok(()))),
+                early_nic: Arc::new(std::sync::Mutex::new("data0".into())),
             },
             weights: FakeWeights::default(),
             domain: FakeDomain::default(),

@@ -72,7 +72,21 @@ impl SyncFailure {
 pub type SyncFuture<'a> =
     Pin<Box<dyn Future<Output = Result<WeightsOutcome, SyncFailure>> + Send + 'a>>;
 
+/// Peers learned while a sync runs: each value is the whole list so far, as in
+/// [`WeightsRequest::peers`].
+pub type PeerFeed = tokio::sync::watch::Receiver<Vec<(String, String)>>;
+
 /// Brings a member's weights in place and verified.
 pub trait WeightsSyncer: Send + Sync {
     fn sync<'a>(&'a self, req: &'a WeightsRequest) -> SyncFuture<'a>;
+
+    /// As [`WeightsSyncer::sync`], also fetching from the peers sent on `more` once they
+    /// arrive: a joiner's early sync learning its fellow joiners from its own rank table
+    /// without losing what it has in flight ([`super::prefetch`]). By default the feed is
+    /// ignored (the sync's outcome is still valid: every chunk is verified whoever sent
+    /// it, only the fellows' uplinks go unused).
+    fn sync_growing<'a>(&'a self, req: &'a WeightsRequest, more: PeerFeed) -> SyncFuture<'a> {
+        drop(more);
+        self.sync(req)
+    }
 }

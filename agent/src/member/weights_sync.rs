@@ -34,7 +34,9 @@ use std::time::{Duration, Instant};
 use hcomm_crds::contract::PodReason;
 
 use super::sync_warnings::SyncWarnings;
-use super::weights::{SyncFailure, SyncFuture, WeightsOutcome, WeightsRequest, WeightsSyncer};
+use super::weights::{
+    PeerFeed, SyncFailure, SyncFuture, WeightsOutcome, WeightsRequest, WeightsSyncer,
+};
 use crate::group_secrets::{FixedSecret, SecretLookup};
 use crate::weights::{
     CurrentLink, Digest, FetchRequest, GroupId, GroupSecret, IMPORT_CHUNK_SIZES, Manifest,
@@ -232,6 +234,7 @@ impl EngineSyncer {
         &self,
         req: &WeightsRequest,
         digest: Digest,
+        more: Option<PeerFeed>,
     ) -> Result<WeightsOutcome, SyncFailure> {
         let spec = req.spec.as_ref().expect("checked by the caller");
         let started = Instant::now();
@@ -311,11 +314,32 @@ impl EngineSyncer {
         fr.bind = Some(req.local_ip);
         fr.link = link.clone();
         fr.stripe = req.stripe;
+        let (sources_tx, sources_rx) = tokio::sync::watch::channel(sources.clone());
+        fr.more_sources = more.is_some().then_some(sources_rx);
+        // Peers as the fetch's sources: this node left out, at the chunk servers' port.
+        let learn = async {
+            if let Some(mut more) = more {
+                while more.changed().await.is_ok() {
+                    let peers = more.borrow_and_update().clone();
+                    sources_tx.send_replace(peer_sources(
+                        &peers,
+                        &req.node,
+                        req.local_ip,
+                        self.port,
+                    ));
+                }
+            }
+            std::future::pending::<()>().await
+        };
         // One Event per reason naming every source (see `sync_warnings`).
         let taken = |w: &Arc<Mutex<SyncWarnings>>| {
             std::mem::take(&mut *w.lock().unwrap_or_else(|e| e.into_inner())).events()
         };
-        match fetch(fr, progress).await {
+        let fetched = tokio::select! {
+            r = fetch(fr, progress) => r,
+            () = learn => unreachable!("learning the peers never ends"),
+        };
+        match fetched {
             Ok(report) => {
                 let p = &report.progress;
                 let served: Vec<String> = p
@@ -368,6 +392,16 @@ impl EngineSyncer {
 
 impl WeightsSyncer for EngineSyncer {
     fn sync<'a>(&'a self, req: &'a WeightsRequest) -> SyncFuture<'a> {
+        self.sync_with(req, None)
+    }
+
+    fn sync_growing<'a>(&'a self, req: &'a WeightsRequest, more: PeerFeed) -> SyncFuture<'a> {
+        self.sync_with(req, Some(more))
+    }
+}
+
+impl EngineSyncer {
+    fn sync_with<'a>(&'a self, req: &'a WeightsRequest, more: Option<PeerFeed>) -> SyncFuture<'a> {
         Box::pin(async move {
             let Some(spec) = &req.spec else {
                 return Ok(WeightsOutcome {
@@ -386,7 +420,7 @@ impl WeightsSyncer for EngineSyncer {
             })?;
             let lock = self.lock_for(&digest);
             let _guard = lock.lock().await;
-            self.sync_set(req, digest).await
+            self.sync_set(req, digest, more).await
         })
     }
 }
