@@ -13,7 +13,7 @@
 //! A joiner may also begin before its own rank table exists, from the serving members of
 //! the table it can read ([`super::early_sync`]): a [`Start::Early`] sync. Its outcome is
 //! taken only when it succeeded and the request it would stand for asks no source it did
-//! not have ([`Prefetch::serves`]). A request for the same set over the same interface with
+//! not have (`Prefetch::serves`). A request for the same set over the same interface with
 //! new sources (fellow joiners to stripe with) is handed to the running sync, which asks
 //! them too ([`Prefetch::takes_on`]): stopped and begun anew, it lost every chunk in flight on
 //! the serving members' uplinks, which every joiner waits on.
@@ -101,7 +101,7 @@ impl Prefetch {
     /// early, one for the same member, set and interface whose sources it already had —
     /// what it fetched is verified chunk by chunk against the set's digest whoever sent
     /// it, so only a source it lacks (a fellow joiner) makes a new sync worth more.
-    pub fn serves(&self, req: &WeightsRequest) -> bool {
+    fn serves(&self, req: &WeightsRequest) -> bool {
         let had = &self.req;
         match self.start {
             Start::NicPassed => had == req,

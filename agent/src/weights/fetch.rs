@@ -253,7 +253,7 @@ async fn run_workers(
             // Sources learned first: the last source lost just after new ones were sent
             // must not end the fetch for want of sources.
             biased;
-            sources = learned(&mut more) => {
+            sources = next_sources(&mut more) => {
                 for src in sources {
                     workers.learned(ctx, src);
                 }
@@ -304,7 +304,7 @@ impl Workers {
 
 /// The next list of sources sent on `more`; never, once its sender is gone (or without
 /// one).
-async fn learned(more: &mut Option<watch::Receiver<Vec<SocketAddr>>>) -> Vec<SocketAddr> {
+async fn next_sources(more: &mut Option<watch::Receiver<Vec<SocketAddr>>>) -> Vec<SocketAddr> {
     if let Some(rx) = more
         && rx.changed().await.is_ok()
     {
