@@ -18,7 +18,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
 use hcomm_agent::weights::ChunkBits;
-use hcomm_agent::weights::schedule::{Scheduler, Swarm};
+use hcomm_agent::weights::schedule::{Place, Scheduler, Swarm};
 
 const SIZES: [usize; 3] = [25_600, 102_400, 358_400];
 const FULL_DEPTH: usize = 4;
@@ -67,7 +67,10 @@ fn run(shape: Shape, n: usize) -> f64 {
     let swarm = Swarm {
         sources: (0..=fellows as u8).map(ip).collect(),
         own: None,
-        guess: Some((0, fellows + 1)),
+        place: Place::Stripe {
+            index: 0,
+            count: fellows + 1,
+        },
         seed: 7,
     };
     let mut sched = Scheduler::new(n, &ChunkBits::new(n), swarm);

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use hcomm_agent::weights::{
-    ChunkServer, Digest, FetchRequest, GroupSecret, Manifest, Progress, ServerConfig, WeightStore,
-    fetch,
+    ChunkServer, Digest, FetchRequest, GroupSecret, Manifest, Place, Progress, ServerConfig,
+    WeightStore, fetch,
 };
 use hcomm_e2e::hosts::{Shaping, SimHosts, SimHostsOptions};
 
@@ -111,7 +111,7 @@ fn role_joiner(a: &[String]) -> Result<()> {
             bail!("expected go, got {line:?}");
         }
         let mut req = FetchRequest::new(digest, sources, store.clone(), secret());
-        req.stripe = Some((index, count));
+        req.place = Place::Stripe { index, count };
         req.bind = Some(ip);
         req.parallelism = 4;
         let started = Instant::now();

@@ -80,7 +80,7 @@ async fn three_joiners_from_one_source_take_about_one_copy_from_it() {
         let mut sources = vec![o.addr];
         sources.extend(js.iter().filter(|p| p.addr != j.addr).map(|p| p.addr));
         let mut req = request(digest, sources, j.store.clone());
-        req.stripe = Some((i, js.len()));
+        req.place = stripe(i, js.len());
         tasks.push(tokio::spawn(fetch(req, Progress::new())));
     }
     let mut from_peers = 0;
@@ -203,7 +203,7 @@ async fn a_corrupt_chunk_is_detected_reported_and_fetched_from_another_source() 
         }
     });
     let mut req = request(digest, vec![b.addr, good_addr], j.store.clone());
-    req.stripe = Some((bad, table.len()));
+    req.place = stripe(bad, table.len());
     let report = fetch(req, progress).await.unwrap();
     assert_installed(&j.store, digest);
     assert_eq!(*corrupt.lock().unwrap(), vec![(bad, b.addr)]);
@@ -442,7 +442,7 @@ async fn three_joiners_get_256_mib_despite_a_killed_and_a_corrupt_source() {
         let mut sources = vec![good.addr, bad.addr, doomed.addr];
         sources.extend(js.iter().filter(|p| p.addr != j.addr).map(|p| p.addr));
         let mut req = request(digest, sources, j.store.clone());
-        req.stripe = Some((i, js.len()));
+        req.place = stripe(i, js.len());
         let (v, kill) = (verified.clone(), kill.clone());
         let progress = Progress::with_callback(move |e| {
             if matches!(e, SyncEvent::ChunkVerified { .. })

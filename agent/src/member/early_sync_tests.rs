@@ -9,6 +9,7 @@ use hcomm_crds::contract::PodReason;
 use super::fakes::{lock, synced};
 use super::ranktable::RankTable;
 use super::task_kit::{Kit, table};
+use crate::weights::Place;
 
 /// The table before the joiner's epoch: only the serving member on node-b.
 fn serving_only() -> RankTable {
@@ -45,6 +46,7 @@ fn joiner_before_its_table(sync: Duration) -> Kit {
     kit.pod.send_modify(|p| {
         if let Some(p) = p {
             p.epoch = Some(2);
+            p.member_index = Some(2);
         }
     });
     lock(&kit.weights.script).extend([(sync, Ok(synced())), (sync, Ok(synced()))]);
@@ -76,7 +78,11 @@ async fn a_joiner_fetches_from_the_serving_members_before_its_table_and_that_syn
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(*lock(&kit.weights.started), 1, "begun before the table");
     assert_eq!(peers(&kit, 0), ["node-b"]);
-    assert_eq!(lock(&kit.weights.requests)[0].stripe, None);
+    assert_eq!(
+        lock(&kit.weights.requests)[0].place,
+        Place::Spread(2),
+        "before its table, a start spread by its member index"
+    );
     assert!(kit.cluster.writes().is_empty(), "nothing decided yet");
     // Its own table names the same source: the sync under way is the member's.
     kit.cluster.with(|s| s.table = Some((table(), 2)));
@@ -109,7 +115,10 @@ async fn an_early_sync_over_another_interface_is_stopped_and_begun_anew() {
     a_table_with_a_fellow_arrives_mid_sync(&kit).await;
     assert_eq!(*lock(&kit.weights.started), 2);
     assert_eq!(peers(&kit, 1), ["node-b", "node-c"]);
-    assert_eq!(lock(&kit.weights.requests)[1].stripe, Some((1, 3)));
+    assert_eq!(
+        lock(&kit.weights.requests)[1].place,
+        Place::Stripe { index: 1, count: 3 }
+    );
     assert!(lock(&kit.weights.grown).is_empty());
     assert_eq!(
         *lock(&kit.weights.finished),

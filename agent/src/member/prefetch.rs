@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
 use super::weights::{SyncFailure, WeightsOutcome, WeightsRequest, WeightsSyncer};
+use crate::weights::Place;
 
 /// Peers for a running sync, as [`super::weights::PeerFeed`] receives them.
 type PeerSender = tokio::sync::watch::Sender<Vec<(String, String)>>;
@@ -160,7 +161,7 @@ impl Prefetch {
 fn sans_sources(r: &WeightsRequest) -> WeightsRequest {
     WeightsRequest {
         peers: Vec::new(),
-        stripe: None,
+        place: Place::Unknown,
         epoch: 0,
         ..r.clone()
     }

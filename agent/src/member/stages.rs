@@ -22,6 +22,7 @@ use super::verify::Against;
 use super::weights::WeightsRequest;
 use crate::local_api::{Assignment, Notice};
 use crate::nic::Chosen;
+use crate::weights::Place;
 use hcomm_crds::contract::PodReason;
 
 /// The peers of a plan (server id, address) whose address is among `unreachable` (pure):
@@ -326,7 +327,14 @@ impl Run {
             interface: chosen.name.clone(),
             local_ip: chosen.ip,
             peers: plan.map(|p| p.peers.clone()).unwrap_or_default(),
-            stripe: plan.map(|p| (p.rank, p.world)),
+            place: match (plan, self.spec.member_index) {
+                (Some(p), _) => Place::Stripe {
+                    index: p.rank,
+                    count: p.world,
+                },
+                (None, Some(index)) => Place::Spread(index.into()),
+                (None, None) => Place::Unknown,
+            },
             epoch: self.planned_epoch(),
         }
     }

@@ -11,6 +11,8 @@ use std::pin::Pin;
 use hcomm_crds::WeightsSpec;
 use hcomm_crds::contract::PodReason;
 
+use crate::weights::Place;
+
 /// What a sync is asked to do.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WeightsRequest {
@@ -26,12 +28,13 @@ pub struct WeightsRequest {
     pub local_ip: IpAddr,
     /// Peer nodes (name, data address) that may hold the weights.
     pub peers: Vec<(String, String)>,
-    /// This member's place in the rank table, `(member position, members)`: where its
-    /// stripe of the existing members' chunks starts, so joiners of one epoch start
-    /// evenly spread over the set instead of at random (random starts left some joiners
-    /// short stripes, which then raced the others for theirs and made the existing
-    /// members send ~30 % of the set twice; issue 20).
-    pub stripe: Option<(usize, usize)>,
+    /// This member's place in the rank table as a stripe, `(member position, members)`:
+    /// where its stripe of the existing members' chunks starts, so joiners of one epoch
+    /// start evenly spread over the set instead of at random (random starts left some
+    /// joiners short stripes, which then raced the others for theirs and made the existing
+    /// members send ~30 % of the set twice; issue 20). Before the table (an early sync),
+    /// the member's index in its group, which spreads the joiners' starts as well.
+    pub place: Place,
     pub epoch: u64,
 }
 

@@ -313,7 +313,7 @@ impl EngineSyncer {
         fr.timeouts = self.timeouts;
         fr.bind = Some(req.local_ip);
         fr.link = link.clone();
-        fr.stripe = req.stripe;
+        fr.place = req.place;
         let (sources_tx, sources_rx) = tokio::sync::watch::channel(sources.clone());
         fr.more_sources = more.is_some().then_some(sources_rx);
         // Peers as the fetch's sources: this node left out, at the chunk servers' port.

@@ -1,6 +1,7 @@
 //! The weight-sync decisions and [`super::EngineSyncer`] on a real store and chunk server.
 
 use super::*;
+use crate::weights::Place;
 
 fn peers(v: &[(&str, &str)]) -> Vec<(String, String)> {
     v.iter()
@@ -115,7 +116,7 @@ fn req(spec: Option<hcomm_crds::WeightsSpec>, peers: Vec<(String, String)>) -> W
         interface: "lo".into(),
         local_ip: "127.0.0.1".parse().unwrap(),
         peers,
-        stripe: None,
+        place: Place::Unknown,
         epoch: 1,
     }
 }

@@ -81,7 +81,7 @@ pub async fn fetch(mut req: FetchRequest, progress: Progress) -> Result<FetchRep
     let swarm = Swarm {
         sources: req.sources.iter().map(SocketAddr::ip).collect(),
         own: req.bind,
-        guess: req.stripe,
+        place: req.place,
         seed: rand::random(),
     };
     let ctx = Arc::new(Ctx {

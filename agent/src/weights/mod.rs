@@ -98,6 +98,7 @@ pub use manifest::{
     Manifest,
 };
 pub use progress::{Progress, ProgressSnapshot, SourceStats, SyncEvent};
+pub use schedule::Place;
 pub use server::{ChunkServer, ServerConfig, ServerStats};
 pub use source::{Refusal, SourceDir, SourceRefused, SourceRoots};
 pub use store::WeightStore;

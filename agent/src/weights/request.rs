@@ -13,7 +13,7 @@ use super::auth::{GroupId, GroupSecret};
 use super::digest::Digest;
 use super::link::CurrentLink;
 use super::progress::Progress;
-use super::schedule::Scheduler;
+use super::schedule::{Place, Scheduler};
 use super::store::{WeightSet, WeightStore};
 
 /// Deadlines of a fetch.
@@ -66,10 +66,10 @@ pub struct FetchRequest {
     /// existing members have sent their last one. One deep, the same runs took 0.6–0.8 s
     /// less (issue 20; `docs/benchmarks.md`).
     pub partial_parallelism: usize,
-    /// This joiner's place among the members syncing together, `(index, count)`: picks
-    /// its stripe of the existing members' chunks (the agent passes its member's place in
-    /// the rank table). `None`: a random stripe.
-    pub stripe: Option<(usize, usize)>,
+    /// This joiner's place among the members syncing together: picks its stripe of the
+    /// existing members' chunks (the agent passes its member's place in the rank table,
+    /// or before the table only its index in the group). Default: a random start.
+    pub place: Place,
     /// Local address to connect from (the data NIC's), if any.
     pub bind: Option<IpAddr>,
     /// The link swapped to the set once it is installed (the agent: the group's link).
@@ -85,7 +85,7 @@ pub struct FetchRequest {
 
 impl FetchRequest {
     /// Defaults: 4 requests in flight per source holding the set and 1 per fellow joiner,
-    /// default timeouts, random stripe, the store-wide link.
+    /// default timeouts, a random start, the store-wide link.
     pub fn new(
         manifest_digest: Digest,
         sources: Vec<SocketAddr>,
@@ -101,7 +101,7 @@ impl FetchRequest {
             timeouts: Timeouts::default(),
             parallelism: 4,
             partial_parallelism: 1,
-            stripe: None,
+            place: Place::Unknown,
             bind: None,
             link: CurrentLink::node(),
             more_sources: None,

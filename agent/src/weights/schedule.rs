@@ -6,18 +6,19 @@
 //!   joiner, whose verified chunks we learn from its `Have` bitmap, polled).
 //! - Full sources are asked in this joiner's stripe order (joiner `j` of `k` owns chunks
 //!   `j·n/k..(j+1)·n/k`, asked from the start; then every other chunk in an order of its
-//!   own, shuffled: `order::striped_order`), skipping chunks a live partial source already holds
-//!   or is fetching.
-//!   `j` and `k` are first a guess (the member's place in the rank table), then, once
-//!   every source answered whether it holds the whole set, this joiner's place among the
-//!   sources that do not plus itself (`restripe_once_told`, ordered by address: every
-//!   joiner of the swarm computes the same list). The rank table's places alone leave the
-//!   existing members' places nobody's stripe: every joiner that finished its own went on
-//!   to the same last unclaimed stretch and asked for the same chunks within one `Have`
-//!   poll of the others (issue 20). So k joiners
-//!   pull disjoint stripes from the existing members and the rest from each other: every
-//!   chunk leaves the existing members about once and the joiners' links carry the copies
-//!   — adding k members costs about one transfer (see `mod.rs`, "Several joiners").
+//!   own, shuffled: `order::striped_order`), skipping chunks a live partial source already
+//!   holds or is fetching.
+//!   `j` and `k` are first a guess (the member's place in the rank table; an early sync,
+//!   begun before that table, only starts at a place spread by the member's index:
+//!   `Place`), then, once every source answered whether it holds the whole set, this
+//!   joiner's place among the sources that do not plus itself (`restripe_once_told`,
+//!   ordered by address: every joiner of the swarm computes the same list). The rank
+//!   table's places alone leave the existing members' places nobody's stripe: every joiner
+//!   that finished its own went on to the same last unclaimed stretch and asked for the
+//!   same chunks within one `Have` poll of the others (issue 20). So k joiners pull
+//!   disjoint stripes from the existing members and the rest from each other: every chunk
+//!   leaves the existing members about once and the joiners' links carry the copies —
+//!   adding k members costs about one transfer (see `mod.rs`, "Several joiners").
 //! - Partial sources are asked for any needed chunk they hold.
 //! - Work stealing: a worker asks for its next chunk only when it has room in its
 //!   pipeline, so faster sources simply take more chunks.
@@ -38,9 +39,10 @@ use super::bitset::ChunkBits;
 
 #[path = "schedule_order.rs"]
 mod order;
+pub use order::Place;
 #[cfg(test)]
 use order::stripe_start;
-use order::{ranks, rotated, striped_order};
+use order::{ranks, rotated, spread_start, striped_order};
 
 /// Chunks left, per live source, below which a full source helps with chunks a fellow
 /// joiner already holds, whatever else is on its way (see `next_for`).
@@ -110,12 +112,11 @@ pub struct Swarm {
     /// This joiner's own address (what its fellows see as a source); `None` (no bind
     /// address): the first stripe stays.
     pub own: Option<IpAddr>,
-    /// The first stripe, `(index, count)`: the member's place in the rank table. `None`:
-    /// the order starts at a chunk chosen by `seed`, and stays so unless fellow joiners
-    /// are found.
-    pub guess: Option<(usize, usize)>,
+    /// Where the first order starts: the member's place in the rank table as a first
+    /// stripe, or a start of its own that stays so unless fellow joiners are found.
+    pub place: Place,
     /// Shuffles the chunks outside this joiner's stripe (`order::striped_order`), or picks
-    /// the start without a guess; random in a fetch, fixed in tests.
+    /// the start when the place is [`Place::Unknown`]; random in a fetch, fixed in tests.
     pub seed: u64,
 }
 
@@ -151,7 +152,7 @@ pub struct Scheduler {
     own_until_restriped: Option<IpAddr>,
     /// This joiner's address, for a restripe after sources were added ([`Scheduler::add_source`]).
     own: Option<IpAddr>,
-    /// Whether the first order came from a guess (see [`Scheduler::restripe_once_told`]).
+    /// Whether the first order was the rank table's stripe ([`Scheduler::restripe_once_told`]).
     guessed: bool,
     seed: u64,
     remaining: usize,
@@ -160,9 +161,10 @@ pub struct Scheduler {
 impl Scheduler {
     /// `n` chunks, `held` already verified locally, fetched from `swarm`'s sources.
     pub fn new(n: usize, held: &ChunkBits, swarm: Swarm) -> Scheduler {
-        let order = match swarm.guess {
-            Some((index, count)) => striped_order(n, index, count, swarm.seed),
-            None => rotated(n, (swarm.seed % n.max(1) as u64) as usize),
+        let order = match swarm.place {
+            Place::Stripe { index, count } => striped_order(n, index, count, swarm.seed),
+            Place::Spread(k) => rotated(n, spread_start(n, k)),
+            Place::Unknown => rotated(n, (swarm.seed % n.max(1) as u64) as usize),
         };
         let chunks: Vec<_> = (0..n)
             .map(|i| {
@@ -186,7 +188,7 @@ impl Scheduler {
             addresses: swarm.sources,
             own_until_restriped: swarm.own,
             own: swarm.own,
-            guessed: swarm.guess.is_some(),
+            guessed: matches!(swarm.place, Place::Stripe { .. }),
             seed: swarm.seed,
             remaining,
         }
@@ -217,11 +219,11 @@ impl Scheduler {
         joiners.sort_unstable();
         joiners.dedup();
         if joiners.len() == 1 && !self.guessed {
-            // Found alone and never told its place: a joiner whose fellows are not known
+            // Found alone and never given a stripe: a joiner whose fellows are not known
             // yet (an early sync, before the rank table that names them). Striped as the
             // first of one, every such joiner asked the existing members for the same
             // chunks in the same order, and each of those chunks left the member once per
-            // joiner; the start of its own it has keeps them apart.
+            // joiner; the start of its own it has ([`Place`]) keeps them apart.
             self.own_until_restriped = None;
             return;
         }

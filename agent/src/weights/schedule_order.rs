@@ -1,5 +1,32 @@
 //! The orders a joiner asks for chunks in: its stripe first, then the others shuffled
-//! ([`striped_order`]), and each chunk's place in that order ([`ranks`]).
+//! ([`striped_order`]), or the whole set from a start of its own ([`Place`]); and each
+//! chunk's place in that order ([`ranks`]).
+
+/// What a joiner knows of its place among the joiners syncing with it: where its order of
+/// the full sources' chunks starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Place {
+    /// Place `index` of `count` (the member's rank in the rank table): its stripe first.
+    Stripe { index: usize, count: usize },
+    /// Only a number its fellows' differ from (the member's index in its group): an early
+    /// sync, begun before the rank table that names its fellows. The start is spread from
+    /// the other numbers' by the golden ratio (`spread_start`): random starts put two of
+    /// eight joiners within 4 chunks of a 256-chunk set of each other in about every other
+    /// run, and each chunk of such a pair's first requests left the member twice (6 in one
+    /// logged run; issue 20).
+    Spread(u64),
+    /// Nothing: a start chosen by the fetch's seed.
+    #[default]
+    Unknown,
+}
+
+/// The start of joiner number `k`'s order of `n` chunks: `n · frac(k · φ⁻¹)`. Consecutive
+/// numbers land far apart (any 8 consecutive ones at least `n / 12` from each other: the
+/// three-gap theorem), and the next number falls in one of the largest gaps the others left.
+pub(super) fn spread_start(n: usize, k: u64) -> usize {
+    const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+    ((u128::from(k.wrapping_mul(GOLDEN)) * n as u128) >> 64) as usize
+}
 
 /// The start chunk for joiner `index` of `count` joiners syncing together.
 pub(super) fn stripe_start(n: usize, index: usize, count: usize) -> usize {

@@ -9,7 +9,10 @@ fn swarm(k: usize, start: usize, n: usize) -> Swarm {
     Swarm {
         sources: (1..=k).map(ip).collect(),
         own: None,
-        guess: Some((start, n)),
+        place: Place::Stripe {
+            index: start,
+            count: n,
+        },
         seed: 0,
     }
 }
@@ -318,7 +321,7 @@ fn the_cursors_never_change_a_pick() {
 fn early(k: usize, seed: u64) -> Scheduler {
     let sw = Swarm {
         own: Some(ip(9)),
-        guess: None,
+        place: Place::Unknown,
         seed,
         ..swarm(k, 0, 1)
     };
@@ -374,4 +377,35 @@ fn fellows_added_to_a_running_fetch_are_asked_and_striped_among() {
     s.complete(7);
     s.complete(8);
     assert_eq!(s.remaining(), 10, "the chunks in flight before were kept");
+}
+
+#[test]
+fn early_syncs_of_consecutive_members_start_apart() {
+    // Eight joiners of one scale-out have consecutive member indexes; wherever they
+    // begin, each one's first chunks lie at least a twelfth of the set from any other's.
+    let n = 256;
+    for first in [1u64, 9, 1000] {
+        let mut starts: Vec<usize> = (first..first + 8).map(|k| spread_start(n, k)).collect();
+        starts.sort_unstable();
+        let gaps = starts.windows(2).map(|w| w[1] - w[0]);
+        let wrap = n - starts[7] + starts[0];
+        let closest = gaps.chain([wrap]).min().unwrap();
+        assert!(closest >= n / 12, "members {first}..: starts {starts:?}");
+    }
+    // The scheduler starts there and, alone, stays there.
+    let mut s = Scheduler::new(
+        n,
+        &ChunkBits::new(n),
+        Swarm {
+            own: Some(ip(9)),
+            place: Place::Spread(3),
+            ..swarm(1, 0, 1)
+        },
+    );
+    s.set_holdings(0, ChunkBits::full(n), ChunkBits::new(n));
+    let first = spread_start(n, 3);
+    assert_eq!(
+        [s.next_for(0), s.next_for(0)],
+        [Some(first), Some(first + 1)]
+    );
 }

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use hcomm_agent::weights::{
-    ChunkHash, ChunkServer, Digest, FetchRequest, GroupSecret, Manifest, ServerConfig, ServerStats,
-    Timeouts, WeightStore,
+    ChunkHash, ChunkServer, Digest, FetchRequest, GroupSecret, Manifest, Place, ServerConfig,
+    ServerStats, Timeouts, WeightStore,
 };
 use rand::{RngCore, SeedableRng, rngs::StdRng};
 use std::sync::Arc;
@@ -178,6 +178,11 @@ pub fn request(digest: Digest, sources: Vec<SocketAddr>, dest: WeightStore) -> F
     let mut r = FetchRequest::new(digest, sources, dest, secret());
     r.timeouts = fast_timeouts();
     r
+}
+
+/// Place `index` of `count` joiners syncing together.
+pub fn stripe(index: usize, count: usize) -> Place {
+    Place::Stripe { index, count }
 }
 
 /// Asserts that the store's `current` holds exactly the set `digest`.
