@@ -7,14 +7,14 @@
 //! Size: one short adapter per port, side by side so the ports' production meaning reads in
 //! one place; each is a thin wrapper, and splitting them would scatter one table.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use hcomm_crds::contract::PodReason;
 use hcomm_events::EventKey;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
@@ -24,7 +24,8 @@ use tokio::sync::watch;
 use super::conditions;
 use super::domain::Domain;
 use super::group::{
-    GroupView, PublishedTable, fetch_group, fetch_member_pods, fetch_rank_table, still_arriving,
+    GroupView, PublishedTable, ReadAt, fetch_group, fetch_member_pods, fetch_rank_table,
+    still_arriving,
 };
 use super::ports::{
     Allocations, Clock, Cluster, CommDomain, JoinError, JoinSpec, Verifier, Worker,
@@ -47,6 +48,12 @@ pub struct KubeCluster {
     group: String,
     pod: String,
     uid: String,
+    /// The Pod's conditions as this process's last condition write left them (the write's
+    /// answer); `None` before the first write and after a failed one. Only this agent
+    /// writes its condition types, so the next write merges against these instead of
+    /// reading the Pod first: one request fewer on the joiner's path to Ready, where eight
+    /// joiners' writes land at once (issue 20).
+    written: Mutex<Option<Vec<PodCondition>>>,
 }
 
 impl KubeCluster {
@@ -57,6 +64,7 @@ impl KubeCluster {
             group: spec.group.clone(),
             pod: spec.pod.clone(),
             uid: spec.uid.clone(),
+            written: Mutex::new(None),
         }
     }
 
@@ -71,17 +79,24 @@ impl KubeCluster {
         }
     }
 
+    fn last_written(&self) -> std::sync::MutexGuard<'_, Option<Vec<PodCondition>>> {
+        self.written.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     async fn write(&self, updates: Vec<CondUpdate>) {
         let api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
         for attempt in 0..3 {
-            let pod = match api.get_status(&self.pod).await {
-                Ok(p) => p,
-                Err(e) => {
-                    tracing::warn!(error = %e, "read pod status");
-                    return;
-                }
+            let known = self.last_written().clone();
+            let existing = match known {
+                Some(conditions) => conditions,
+                None => match api.get_status(&self.pod).await {
+                    Ok(p) => conditions_of(&p),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "read pod status");
+                        return;
+                    }
+                },
             };
-            let existing = pod.status.and_then(|s| s.conditions).unwrap_or_default();
             let now = Time(Timestamp::now());
             let Some(merged) = conditions::merge(&existing, &updates, &now) else {
                 return;
@@ -91,10 +106,11 @@ impl KubeCluster {
                 field_manager: Some(crate::FIELD_MANAGER.into()),
                 ..Default::default()
             };
-            match api
+            let patched = api
                 .patch_status(&self.pod, &params, &Patch::Strategic(&body))
-                .await
-            {
+                .await;
+            *self.last_written() = patched.as_ref().ok().map(conditions_of);
+            match patched {
                 Ok(_) => {
                     for c in &updates {
                         tracing::info!(
@@ -129,6 +145,13 @@ impl KubeCluster {
     }
 }
 
+fn conditions_of(pod: &Pod) -> Vec<PodCondition> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default()
+}
+
 /// The deadline of each API call a member task makes. A request on a connection that died
 /// silently (the node cut off from the API server) would otherwise wait for kube's read
 /// timeout (295 s), and the member task with it, blind meanwhile to its own deletion and
@@ -146,20 +169,23 @@ async fn bounded<T>(what: &str, call: impl std::future::Future<Output = Result<T
 }
 
 impl Cluster for KubeCluster {
-    fn group(&self) -> BoxFuture<'_, Result<GroupView>> {
-        bounded(
-            "read the group",
-            fetch_group(&self.ctx.client, &self.namespace, &self.group),
-        )
+    fn group(&self, at: ReadAt) -> BoxFuture<'_, Result<GroupView>> {
+        async move {
+            bounded(
+                "read the group",
+                fetch_group(&self.ctx.client, &self.namespace, &self.group, &at),
+            )
+            .await
+        }
         .boxed()
     }
 
-    fn rank_table(&self) -> BoxFuture<'_, Result<PublishedTable>> {
+    fn rank_table(&self, at: ReadAt) -> BoxFuture<'_, Result<PublishedTable>> {
         async move {
             let name = hcomm_crds::rank_table::config_map_name(&self.group);
             bounded(
                 "read the rank table",
-                fetch_rank_table(&self.ctx.client, &self.namespace, &name),
+                fetch_rank_table(&self.ctx.client, &self.namespace, &name, &at),
             )
             .await
         }

@@ -16,7 +16,7 @@ use hcomm_crds::contract::PodReason;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
 
-use super::group::{GroupView, PublishedTable};
+use super::group::{GroupView, PublishedTable, ReadAt};
 use super::ports::{
     Allocations, Clock, Cluster, CommDomain, JoinError, JoinSpec, Verifier, Worker,
 };
@@ -69,6 +69,8 @@ pub struct ClusterState {
     /// The table revision each read of the members' addresses was asked to be no older
     /// than, in order: verifications' and joins' alike.
     pub member_reads_at: Vec<Option<String>>,
+    /// How each read of the rank table was asked to be answered, in order.
+    pub table_reads_at: Vec<ReadAt>,
 }
 
 #[derive(Clone, Default)]
@@ -106,13 +108,14 @@ impl FakeCluster {
 }
 
 impl Cluster for FakeCluster {
-    fn group(&self) -> BoxFuture<'_, Result<GroupView>> {
+    fn group(&self, _at: ReadAt) -> BoxFuture<'_, Result<GroupView>> {
         let g = self.with(|s| s.group.clone());
         async move { Ok(g) }.boxed()
     }
 
-    fn rank_table(&self) -> BoxFuture<'_, Result<PublishedTable>> {
+    fn rank_table(&self, at: ReadAt) -> BoxFuture<'_, Result<PublishedTable>> {
         let t = self.with(|s| {
+            s.table_reads_at.push(at);
             s.table.clone().map(|(table, epoch)| PublishedTable {
                 table,
                 epoch,

@@ -66,10 +66,14 @@ pub fn still_arriving(peers: &[Pod], me: &str) -> Vec<String> {
 }
 
 /// Fetches the group's spec.
-pub async fn fetch_group(client: &kube::Client, namespace: &str, name: &str) -> Result<GroupView> {
+pub async fn fetch_group(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    at: &ReadAt,
+) -> Result<GroupView> {
     let api: Api<HcommGroup> = Api::namespaced(client.clone(), namespace);
-    let g = api
-        .get(name)
+    let g = get_at(&api, name, at)
         .await
         .map_err(Error::kube(format!("get HcommGroup {namespace}/{name}")))?;
     Ok(GroupView {
@@ -184,20 +188,32 @@ pub fn read_hcomm_nodes(
         .buffered(NODE_READS_IN_FLIGHT)
 }
 
-/// The object `name` as of `at`, None when there is none; a read at a version that fails
-/// is asked again for the latest.
+/// The object `name` as of `at`, None when there is none.
 pub async fn get_opt_at<K>(api: &Api<K>, name: &str, at: &ReadAt) -> kube::Result<Option<K>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match get_at(api, name, at).await {
+        Ok(found) => Ok(Some(found)),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The object `name` as of `at`; a not-found is an error, as from a plain `get`, and a
+/// read at a version that fails otherwise is asked again for the latest.
+async fn get_at<K>(api: &Api<K>, name: &str, at: &ReadAt) -> kube::Result<K>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     if let Some(gp) = at.get_params() {
         match api.get_with(name, &gp).await {
-            Ok(found) => return Ok(Some(found)),
-            Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(None),
+            Ok(found) => return Ok(found),
+            Err(kube::Error::Api(s)) if s.is_not_found() => return Err(kube::Error::Api(s)),
             Err(e) => tracing::debug!(error = %e, name, ?at, "asking for the latest instead"),
         }
     }
-    api.get_opt(name).await
+    api.get(name).await
 }
 
 /// Each of `nodes`' `HcommNode` as of `at`, None where none is published, in `nodes`'
@@ -235,10 +251,10 @@ pub async fn fetch_rank_table(
     client: &kube::Client,
     namespace: &str,
     name: &str,
+    at: &ReadAt,
 ) -> Result<PublishedTable> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let cm = api
-        .get(name)
+    let cm = get_at(&api, name, at)
         .await
         .map_err(Error::kube(format!("get ConfigMap {namespace}/{name}")))?;
     let mut published = parse_config_map(&cm).map_err(|reason| Error::RankTable {

@@ -27,7 +27,7 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
 
 use super::domain::DomainConfig;
-use super::group::{GroupView, PublishedTable};
+use super::group::{GroupView, PublishedTable, ReadAt};
 use super::ranktable::ControlPlan;
 use super::ranktable_members::MemberAddresses;
 use super::spec::MemberSpec;
@@ -39,10 +39,11 @@ use crate::local_api::{Assignment, Notice};
 
 /// Kubernetes, as one member sees it.
 pub trait Cluster: Send + Sync {
-    /// The group's spec (never its status: see [`super::group`]).
-    fn group(&self) -> BoxFuture<'_, Result<GroupView>>;
-    /// The group's rank table, the epoch and the member Pods it was written for.
-    fn rank_table(&self) -> BoxFuture<'_, Result<PublishedTable>>;
+    /// The group's spec (never its status: see [`super::group`]) as of `at`.
+    fn group(&self, at: ReadAt) -> BoxFuture<'_, Result<GroupView>>;
+    /// The group's rank table, the epoch and the member Pods it was written for, as of
+    /// `at`.
+    fn rank_table(&self, at: ReadAt) -> BoxFuture<'_, Result<PublishedTable>>;
     /// The other members still on their way to the domain (not yet verified, or verified
     /// and still syncing weights), from their own Pod conditions.
     fn arriving_peers(&self) -> BoxFuture<'_, Result<Vec<String>>>;
@@ -72,6 +73,10 @@ pub trait Verifier: Send + Sync {
     /// Whether the runtime of the group's backend can be loaded on this node (see
     /// [`super::runtime`]); `Err` says what is missing.
     fn backend_runtime(&self, backend: Backend) -> BoxFuture<'_, std::result::Result<(), String>>;
+    /// Verifies the member against `against`. A passing verdict means the table's servers
+    /// passed the check against the group's members
+    /// ([`super::ranktable_members::check_table`]): the member's join at the same table
+    /// version relies on it and does not check again.
     fn verify<'a>(
         &'a self,
         spec: &'a MemberSpec,

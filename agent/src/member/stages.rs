@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use super::domain::DomainConfig;
+use super::group::ReadAt;
 use super::ports::{JoinError, JoinSpec};
 use super::prefetch::{Prefetch, Start as PrefetchStart};
 use super::ranktable::{ControlPlan, PeerRefusal, RankTable};
@@ -136,6 +137,8 @@ impl Run {
         };
         if v.verdict.ok {
             self.prefetch = prefetch;
+            // A passed verification checked this table's servers (`Verifier::verify`).
+            self.table_checked = self.table_revision.clone();
         }
         self.metrics
             .verifications
@@ -340,8 +343,13 @@ impl Run {
     }
 
     pub(super) async fn join(&mut self, epoch: u64) -> Event {
-        // The table read before a long sync may be old: join the epoch planned now.
-        if let Err(e) = self.refresh().await {
+        // The table read before a long sync may be old: join the epoch planned now. Read
+        // from the API server's cache: the agent's watch of the table already wakes the
+        // member on every new epoch, and a consistent read here waited ~100 ms for etcd
+        // while a scale-out's joiners all wrote their conditions at once (issue 20). A
+        // table newer than the cache knows fails the join's first try, which reads the
+        // newest and moves to its epoch.
+        if let Err(e) = self.refresh_at(ReadAt::Cache).await {
             tracing::debug!(error = %e, "refresh failed; joining with the last rank table");
         }
         let epoch = epoch.max(self.planned_epoch());
@@ -388,15 +396,23 @@ impl Run {
             Err(e) => return Event::JoinFailed { epoch, message: e },
         };
         // Every epoch's table is checked as the first one was, before anything is dialled:
-        // a member verified against a clean table may be handed a forged one later.
-        if let Err(refusal) = self.check_table(&table).await {
-            let message = format!("rank table of epoch {epoch}: {refusal}");
-            tracing::warn!(epoch, %refusal, "rank table refused at join");
-            self.ports
-                .cluster
-                .event(true, PeerRefusal::REASON, message.clone())
-                .await;
-            return Event::JoinFailed { epoch, message };
+        // a member verified against a clean table may be handed a forged one later. The
+        // table this member was verified against, at the same `resourceVersion`, is the
+        // one checked then: checking it again cost a joiner a list of the group's Pods and
+        // a read of every member's node on its way to Ready.
+        if self.table_revision.is_some() && self.table_checked == self.table_revision {
+            tracing::debug!(revision = ?self.table_revision, "the table was checked at this version");
+        } else {
+            if let Err(refusal) = self.check_table(&table).await {
+                let message = format!("rank table of epoch {epoch}: {refusal}");
+                tracing::warn!(epoch, %refusal, "rank table refused at join");
+                self.ports
+                    .cluster
+                    .event(true, PeerRefusal::REASON, message.clone())
+                    .await;
+                return Event::JoinFailed { epoch, message };
+            }
+            self.table_checked = self.table_revision.clone();
         }
         let spec = JoinSpec {
             plan,

@@ -15,7 +15,7 @@ use tracing::Instrument;
 use super::adapters::{
     EngineDomain, HubWorker, KubeCluster, KubeletAllocations, NicVerifier, SystemClock,
 };
-use super::group::GroupView;
+use super::group::{GroupView, ReadAt};
 use super::ports::{Allocations, Clock, Cluster, CommDomain, Verifier, Worker};
 use super::ranktable::{ControlPlan, RankTable};
 use super::spec::MemberSpec;
@@ -66,6 +66,10 @@ pub(super) struct Run {
     /// The `resourceVersion` the last table read came at
     /// ([`super::group::PublishedTable::revision`]).
     pub(super) table_revision: Option<String>,
+    /// The `resourceVersion` of the last table that passed the check of its servers
+    /// against the group's members (a verification's or a join's): a join at that same
+    /// version skips the check (`Run::join_at`).
+    pub(super) table_checked: Option<String>,
     /// The member Pods the last table read was written for (None: it named none).
     pub(super) listed: Option<std::collections::BTreeSet<String>>,
     pub(super) chosen: Option<Chosen>,
@@ -127,6 +131,7 @@ pub async fn drive(
         group: GroupView::default(),
         table: None,
         table_revision: None,
+        table_checked: None,
         listed: None,
         chosen: None,
         plan: None,
@@ -331,11 +336,18 @@ impl Run {
             .is_none_or(|m| m.contains(&self.spec.pod))
     }
 
-    /// Re-reads the group's spec and its rank table (both reads at once: they sit on a
-    /// joiner's path twice, before verifying and before joining).
+    /// Re-reads the group's spec and its rank table at their newest.
     pub(super) async fn refresh(&mut self) -> crate::error::Result<()> {
-        let (group, published) =
-            futures::join!(self.ports.cluster.group(), self.ports.cluster.rank_table());
+        self.refresh_at(ReadAt::Latest).await
+    }
+
+    /// Re-reads the group's spec and its rank table as of `at` (both reads at once: they
+    /// sit on a joiner's path twice, before verifying and before joining).
+    pub(super) async fn refresh_at(&mut self, at: ReadAt) -> crate::error::Result<()> {
+        let (group, published) = futures::join!(
+            self.ports.cluster.group(at.clone()),
+            self.ports.cluster.rank_table(at)
+        );
         self.group = group?;
         let published = published?;
         self.table = Some((published.table, published.epoch));

@@ -10,6 +10,7 @@ use hcomm_crds::contract::{
 };
 
 use super::fakes::{VerifyScript, synced};
+use super::group::ReadAt;
 use super::ports::JoinError;
 use super::state::Phase;
 use super::task_kit::{Kit, NODE, table, waiting};
@@ -49,7 +50,7 @@ async fn a_member_is_verified_synced_joined_then_opens_the_gate_in_that_order() 
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_table_is_checked_against_members_read_no_older_than_the_table_itself() {
+async fn a_table_is_checked_once_per_version_against_members_read_no_older_than_it() {
     // A member listed before the table was written may lack the Pods the table names;
     // one read no older than the table's revision has them all (`group::fetch_member_pods_at`).
     let kit = Kit::new();
@@ -61,9 +62,22 @@ async fn the_table_is_checked_against_members_read_no_older_than_the_table_itsel
     kit.until_ready().await;
     let verified = kit.verifier.verified_against.lock().unwrap().clone();
     assert_eq!(verified, [(Some("4711".to_owned()), "uid-of-g".to_owned())]);
-    // The join checks the table again, against members read no older than it.
+    // The join at the version the verification checked does not check it again, and
+    // reads the table from the API server's cache.
+    let (reads, table_read) = kit
+        .cluster
+        .with(|s| (s.member_reads_at.clone(), s.table_reads_at.last().cloned()));
+    assert!(reads.is_empty(), "{reads:?}");
+    assert_eq!(table_read, Some(ReadAt::Cache));
+    // A later epoch's table, written anew, is checked against members read no older.
+    kit.cluster.with(|s| s.table_revision = Some("4800".into()));
+    kit.set_table_epoch(2);
+    kit.until("epoch 2 joined", |k| {
+        k.domain.with(|d| d.serving == Some(2))
+    })
+    .await;
     let reads = kit.cluster.with(|s| s.member_reads_at.clone());
-    assert_eq!(reads, [Some("4711".to_owned())]);
+    assert_eq!(reads, [Some("4800".to_owned())]);
     kit.delete_pod();
     assert_eq!(task.await.unwrap(), Phase::Gone);
 }
