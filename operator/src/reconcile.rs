@@ -53,10 +53,12 @@ pub async fn reconcile(group: Arc<HcommGroup>, ctx: Arc<Context>) -> Result<Acti
         group = %group.name_any(),
         epoch = tracing::field::Empty,
     );
-    let result = pipeline(&group, &ctx, own_writes).instrument(span).await;
-    ctx.metrics
-        .duration
-        .observe(started.elapsed().as_secs_f64());
+    let result = pipeline(&group, &ctx, own_writes)
+        .instrument(span.clone())
+        .await;
+    let took = started.elapsed();
+    ctx.metrics.duration.observe(took.as_secs_f64());
+    span.in_scope(|| tracing::debug!(?took, ok = result.is_ok(), "reconciled"));
     result
 }
 
