@@ -13,7 +13,6 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use super::domain::DomainConfig;
-use super::group::ReadAt;
 use super::ports::{JoinError, JoinSpec};
 use super::prefetch::{Prefetch, Start as PrefetchStart};
 use super::ranktable::{ControlPlan, PeerRefusal, RankTable};
@@ -344,12 +343,12 @@ impl Run {
 
     pub(super) async fn join(&mut self, epoch: u64) -> Event {
         // The table read before a long sync may be old: join the epoch planned now. Read
-        // from the API server's cache: the agent's watch of the table already wakes the
-        // member on every new epoch, and a consistent read here waited ~100 ms for etcd
-        // while a scale-out's joiners all wrote their conditions at once (issue 20). A
-        // table newer than the cache knows fails the join's first try, which reads the
-        // newest and moves to its epoch.
-        if let Err(e) = self.refresh_at(ReadAt::Cache).await {
+        // from the API server's cache (`Run::refresh_cached`): the agent's watch of the
+        // table already wakes the member on every new epoch, and a consistent read here
+        // waited ~100 ms for etcd while a scale-out's joiners all wrote their conditions
+        // at once (issue 20). A table newer than the cache knows fails the join's first
+        // try, which reads the newest and moves to its epoch.
+        if let Err(e) = self.refresh_cached().await {
             tracing::debug!(error = %e, "refresh failed; joining with the last rank table");
         }
         let epoch = epoch.max(self.planned_epoch());

@@ -338,15 +338,28 @@ impl Run {
 
     /// Re-reads the group's spec and its rank table at their newest.
     pub(super) async fn refresh(&mut self) -> crate::error::Result<()> {
-        self.refresh_at(ReadAt::Latest).await
+        self.refresh_at(ReadAt::Latest, ReadAt::Latest).await
     }
 
-    /// Re-reads the group's spec and its rank table as of `at` (both reads at once: they
-    /// sit on a joiner's path twice, before verifying and before joining).
-    pub(super) async fn refresh_at(&mut self, at: ReadAt) -> crate::error::Result<()> {
+    /// Re-reads the group's spec and its rank table from the API server's cache, the
+    /// table no older than the one this member holds: a cache may trail the newest state
+    /// (another API server's, in a control plane of several), and a table older than the
+    /// one read before would plan the member into an epoch that is gone.
+    pub(super) async fn refresh_cached(&mut self) -> crate::error::Result<()> {
+        let table_at = self
+            .table_revision
+            .clone()
+            .map_or(ReadAt::Cache, ReadAt::NotOlderThan);
+        self.refresh_at(ReadAt::Cache, table_at).await
+    }
+
+    /// Re-reads the group's spec and its rank table as of `group_at` and `table_at` (both
+    /// reads at once: they sit on a joiner's path twice, before verifying and before
+    /// joining).
+    async fn refresh_at(&mut self, group_at: ReadAt, table_at: ReadAt) -> crate::error::Result<()> {
         let (group, published) = futures::join!(
-            self.ports.cluster.group(at.clone()),
-            self.ports.cluster.rank_table(at)
+            self.ports.cluster.group(group_at),
+            self.ports.cluster.rank_table(table_at)
         );
         self.group = group?;
         let published = published?;

@@ -63,12 +63,12 @@ async fn a_table_is_checked_once_per_version_against_members_read_no_older_than_
     let verified = kit.verifier.verified_against.lock().unwrap().clone();
     assert_eq!(verified, [(Some("4711".to_owned()), "uid-of-g".to_owned())]);
     // The join at the version the verification checked does not check it again, and
-    // reads the table from the API server's cache.
+    // reads the table from the API server's cache, no older than the one it holds.
     let (reads, table_read) = kit
         .cluster
         .with(|s| (s.member_reads_at.clone(), s.table_reads_at.last().cloned()));
     assert!(reads.is_empty(), "{reads:?}");
-    assert_eq!(table_read, Some(ReadAt::Cache));
+    assert_eq!(table_read, Some(ReadAt::NotOlderThan("4711".into())));
     // A later epoch's table, written anew, is checked against members read no older.
     kit.cluster.with(|s| s.table_revision = Some("4800".into()));
     kit.set_table_epoch(2);
