@@ -52,6 +52,8 @@ pub struct Context {
     pub budget_ensured: Arc<crate::recently::Recently>,
     /// The status this process last wrote per group (`crate::status_written`).
     pub status_written: Arc<crate::status_written::StatusWritten>,
+    /// Writes the groups' statuses off the reconcile path (`crate::status_writer`).
+    pub status_writer: crate::status_writer::StatusWriter,
     /// Per group (`namespace/name`), its members' recent failures (see `crate::backoff`).
     pub backoff: std::sync::Arc<
         std::sync::Mutex<std::collections::HashMap<String, crate::backoff::FailureBackoff>>,
@@ -71,7 +73,13 @@ impl Context {
             controller: FIELD_MANAGER.into(),
             instance: identity.to_owned(),
         };
+        let status_written = Arc::<crate::status_written::StatusWritten>::default();
         Self {
+            status_writer: crate::status_writer::StatusWriter::for_client(
+                client.clone(),
+                FIELD_MANAGER,
+                status_written.clone(),
+            ),
             events: EventSink::start(
                 client.clone(),
                 reporter,
@@ -91,7 +99,7 @@ impl Context {
             assumed: Arc::default(),
             secret_ensured: Arc::default(),
             budget_ensured: Arc::default(),
-            status_written: Arc::default(),
+            status_written,
             backoff: std::sync::Arc::default(),
         }
     }

@@ -40,6 +40,7 @@ pub mod reconcile;
 pub mod revision;
 pub mod revision_history;
 pub mod status;
+pub mod status_writer;
 pub mod status_written;
 pub mod telemetry;
 pub mod trim;
@@ -127,16 +128,18 @@ async fn timed_client(metrics: &Metrics) -> kube::Result<Client> {
         .build())
 }
 
-/// How long a leader stopped by a signal waits for the Events its last reconciles queued:
-/// they say what it did, and the next leader will not say it again.
+/// How long a leader stopped by a signal waits for the statuses and then the Events its
+/// last reconciles queued (each): they say what it did, and the next leader will not say
+/// it again.
 const EVENT_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Becomes leader, then runs the controller until leadership is lost or `shutdown`
 /// completes. The renewal is polled first (`biased`): a leader resumed after a pause
 /// longer than the renew deadline steps down before its controller is polled again. A
-/// leader stopped by `shutdown` writes its queued Events first (at most [`EVENT_FLUSH`]),
-/// before the Lease is released; one that lost the Lease writes nothing more (another
-/// replica may be leading), and its queued Events are dropped.
+/// leader stopped by `shutdown` writes its queued statuses and Events first (at most
+/// [`EVENT_FLUSH`] each), before the Lease is released; one that lost the Lease writes
+/// nothing more (another replica may be leading): its queued statuses and Events are
+/// dropped with its context.
 async fn lead(
     client: Client,
     config: &Config,
@@ -156,6 +159,11 @@ async fn lead(
         () = controller(ctx.clone(), |synced| readiness.set(Role::Leader { synced })) => Ok(()),
         () = &mut shutdown => Ok(()),
     };
+    if result.is_ok() && !ctx.status_writer.flush(EVENT_FLUSH).await {
+        warn!(
+            "group statuses still waiting when the operator stopped leading were not all written within {EVENT_FLUSH:?}"
+        );
+    }
     if result.is_ok() && !ctx.events.flush(EVENT_FLUSH).await {
         warn!(
             "Events still queued when the operator stopped leading were not all written within {EVENT_FLUSH:?}"

@@ -26,7 +26,7 @@ use crate::planner::{Desired, Plan, PlanInput, rollout};
 use crate::{
     allocation, disruption, group_secret, isolation, pdb, podgroup, revision, revision_history,
 };
-use crate::{events, status};
+use crate::{events, status, status_writer};
 
 pub use hcomm_crds::contract::FINALIZER;
 
@@ -366,14 +366,22 @@ async fn update_status(
         }
     }
     let notes = events::for_round(previous, &next, outcome);
-    let mut version = None;
     if *previous != next {
-        let api: Api<HcommGroup> = Api::namespaced(ctx.client.clone(), &namespace);
-        version = status::write(&api, &group.name_any(), &next).await?;
+        let target = status_writer::Target {
+            namespace,
+            name: group.name_any(),
+            uid: uid.to_owned(),
+        };
+        if group.meta().deletion_timestamp.is_some() {
+            // The finalizer may come off next: the status must be stored first.
+            ctx.status_writer.write(target, next).await?;
+        } else {
+            ctx.status_writer.hand_over(target, next);
+        }
+    } else {
+        let cached_version = group.meta().resource_version.as_deref();
+        ctx.status_written.wrote(uid, &next, None, cached_version);
     }
-    let cached_version = group.meta().resource_version.as_deref();
-    ctx.status_written
-        .wrote(uid, &next, version, cached_version);
     events::publish(ctx, group, notes);
     Ok(())
 }

@@ -1,5 +1,4 @@
-//! The `HcommGroup` status (pure builder) and its write (server-side apply on the status
-//! subresource).
+//! The `HcommGroup` status (pure builder; `crate::status_writer` writes it).
 //!
 //! `replicas` counts member Pods that exist (any phase but gone) other than the warm
 //! standby ones, which `standbyReplicas` counts; `readyReplicas` those whose readiness gate
@@ -23,11 +22,8 @@ use hcomm_crds::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, Patch, PatchParams};
 
 use crate::apply::Outcome;
-use crate::context::FIELD_MANAGER;
-use crate::error::{Error, Result};
 use crate::links::LinkReport;
 use crate::phase::ObservedMember;
 use crate::planner::rollout::{Progress, Stop, StopReason};
@@ -563,29 +559,6 @@ fn topology(input: StatusInput<'_>, dpm: i32) -> Vec<TopologyEntry> {
         }
     }
     entries
-}
-
-/// Writes `status` with server-side apply (field manager `hcomm-operator`); the group's
-/// resource version after the write.
-pub async fn write(
-    api: &Api<HcommGroup>,
-    name: &str,
-    status: &HcommGroupStatus,
-) -> Result<Option<String>> {
-    let patch = serde_json::json!({
-        "apiVersion": hcomm_crds::API_GROUP_VERSION,
-        "kind": "HcommGroup",
-        "status": status,
-    });
-    let written = api
-        .patch_status(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-        .map_err(Error::kube(format!("write status of HcommGroup {name}")))?;
-    Ok(written.metadata.resource_version)
 }
 
 #[cfg(test)]

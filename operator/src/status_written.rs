@@ -1,5 +1,5 @@
-//! The last status this process wrote per group, which the next round's Events and
-//! metrics compare against.
+//! The last status this process wrote (or handed to its writer, `crate::status_writer`)
+//! per group, which the next round's Events and metrics compare against.
 //!
 //! Why not the group object the reconcile was given: its status comes from the watch
 //! cache, which may not show the previous round's write yet. Compared against that, a
@@ -63,8 +63,9 @@ impl StatusWritten {
     }
 
     /// `status` is the group `uid`'s: written now (answered at `written`), or found already
-    /// there — in this process's last write, whose version it keeps, or else in the cached
-    /// object at `cached_version`.
+    /// there — in this process's last write, which stands as it is (written or still on
+    /// its way, [`StatusWritten::handed_over`]), or else in the cached object at
+    /// `cached_version`.
     pub fn wrote(
         &self,
         uid: &str,
@@ -73,13 +74,10 @@ impl StatusWritten {
         cached_version: Option<&str>,
     ) {
         let mut all = self.lock();
-        let last_write = all
-            .get(uid)
-            .filter(|w| w.status == *status)
-            .and_then(|w| w.resource_version.clone());
-        let resource_version = written
-            .or(last_write)
-            .or_else(|| cached_version.map(str::to_owned));
+        if written.is_none() && all.get(uid).is_some_and(|w| w.status == *status) {
+            return;
+        }
+        let resource_version = written.or_else(|| cached_version.map(str::to_owned));
         all.insert(
             uid.to_owned(),
             Written {
@@ -87,6 +85,27 @@ impl StatusWritten {
                 resource_version,
             },
         );
+    }
+
+    /// `status` is on its way to the API server (`crate::status_writer`): the group's
+    /// latest, over any cached object, until its write is answered.
+    pub fn handed_over(&self, uid: &str, status: &HcommGroupStatus) {
+        self.lock().insert(
+            uid.to_owned(),
+            Written {
+                status: status.clone(),
+                resource_version: None,
+            },
+        );
+    }
+
+    /// The write of `status` was answered at `version`; recorded only while `status` is
+    /// still the latest (a newer one handed over meanwhile is on its way).
+    pub fn answered(&self, uid: &str, status: &HcommGroupStatus, version: Option<String>) {
+        let mut all = self.lock();
+        if let Some(latest) = all.get_mut(uid).filter(|w| w.status == *status) {
+            latest.resource_version = version;
+        }
     }
 
     /// The group `uid` is gone.
@@ -136,6 +155,23 @@ mod tests {
         );
         written.forget("u");
         assert_eq!(latest(1, "9"), 1, "forgotten: the cache again");
+    }
+
+    #[test]
+    fn a_status_on_its_way_stays_the_latest_until_its_write_is_answered() {
+        let written = StatusWritten::default();
+        written.handed_over("u", &epoch(4));
+        // The next round computes the same status: nothing new to write, and the cache,
+        // at a version later than anything before, must not count as having it.
+        written.wrote("u", &epoch(4), None, Some("50"));
+        assert_eq!(written.latest("u", Some(&epoch(3)), Some("50")).epoch, 4);
+        // An answer for a status no longer the latest changes nothing.
+        written.answered("u", &epoch(3), Some("51".into()));
+        assert_eq!(written.latest("u", Some(&epoch(3)), Some("51")).epoch, 4);
+        written.answered("u", &epoch(4), Some("52".into()));
+        assert_eq!(written.latest("u", Some(&epoch(3)), Some("51")).epoch, 4);
+        assert_eq!(written.latest("u", Some(&epoch(4)), Some("52")).epoch, 4);
+        assert_eq!(written.latest("u", Some(&epoch(8)), Some("53")).epoch, 8);
     }
 
     #[test]
