@@ -273,7 +273,7 @@ async fn write_rank_table(
         .await
         .map_err(Error::kube(format!("write rank table {name}")))?;
     let group_key = (group.namespace().unwrap_or_default(), group.name_any());
-    ctx.table_writes.wrote(group_key, &written);
+    ctx.table_writes.wrote(group_key, written);
     info!(configmap = %name, "wrote rank table");
     Ok(true)
 }
