@@ -174,8 +174,8 @@ impl Expectations {
 /// shows that write or a newer version; while the store shows an older one, it reads the
 /// write's answer — the recorded epoch comes from the table, and planning from a table
 /// older than the operator's own last write would publish the same epoch twice. (It used
-/// to GET the table then: a consistent read that waits for etcd, 50 of a 1,000-member
-/// storm's reconciles over 100 ms waited on it, issue 20.) The answer is let go once the
+/// to GET the table then: a consistent read that waits for etcd; 51 of the reconciles over
+/// 100 ms in a logged 1,000-member scale-bench run waited on it, issue 20.) The answer is let go once the
 /// store shows the write; its version is kept: a watch event at exactly that version is
 /// the write coming back, which wakes nobody.
 #[derive(Default)]
