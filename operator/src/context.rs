@@ -79,6 +79,7 @@ impl Context {
                 client.clone(),
                 FIELD_MANAGER,
                 status_written.clone(),
+                metrics.status_write_failures.clone(),
             ),
             events: EventSink::start(
                 client.clone(),

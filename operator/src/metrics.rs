@@ -47,6 +47,8 @@ pub struct Metrics {
     pub events_dropped: IntCounter,
     /// Event writes the apiserver refused or that failed.
     pub event_write_failures: IntCounter,
+    /// Group status writes that failed, each try (`crate::status_writer`).
+    pub status_write_failures: IntCounter,
     /// Members by group and phase.
     pub members: IntGaugeVec,
     /// Seconds from a member's creation (the scale request that planned it) to Ready.
@@ -125,6 +127,12 @@ impl Metrics {
             "Kubernetes Event writes that failed (logged; not retried).",
         )
         .expect("valid");
+        let status_write_failures = IntCounter::new(
+            "status_write_failures_total",
+            "HcommGroup status writes that failed, each try (logged; tried again unless a \
+             newer status replaces it or the group is gone).",
+        )
+        .expect("valid");
         let members = IntGaugeVec::new(
             Opts::new("members", "Members by group and phase."),
             &["namespace", "group", "phase"],
@@ -175,6 +183,7 @@ impl Metrics {
             Box::new(api_requests.clone()),
             Box::new(events_dropped.clone()),
             Box::new(event_write_failures.clone()),
+            Box::new(status_write_failures.clone()),
             Box::new(members.clone()),
             Box::new(scale_to_ready.clone()),
             Box::new(leader.clone()),
@@ -191,6 +200,7 @@ impl Metrics {
             api_requests,
             events_dropped,
             event_write_failures,
+            status_write_failures,
             members,
             scale_to_ready,
             leader,

@@ -380,7 +380,7 @@ async fn update_status(
         }
     } else {
         let cached_version = group.meta().resource_version.as_deref();
-        ctx.status_written.wrote(uid, &next, None, cached_version);
+        ctx.status_written.unchanged(uid, &next, cached_version);
     }
     events::publish(ctx, group, notes);
     Ok(())

@@ -3,8 +3,7 @@
 //!
 //! Why: a reconcile that waited for its status write waited for the API server at its
 //! busiest. In a 50-group scale storm a status apply took 80 ms at the median and 500 ms
-//! at p99, and every member's condition change queued another reconcile whose status
-//! replaced the one just written (issue 20). With eight joiners the group's last
+//! at p99, most of most reconciles' time (issue 20). With eight joiners the group's last
 //! reconciles ran three applies back to back after every member was ready. Now a
 //! reconcile hands its status over and returns. When nothing is in flight the status is
 //! written at once, as before; while a write is in flight, newer statuses replace each
@@ -27,6 +26,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use hcomm_crds::{HcommGroup, HcommGroupStatus};
 use kube::api::{Patch, PatchParams};
+use prometheus::IntCounter;
 use tokio::sync::{Notify, oneshot};
 use tokio::task::AbortHandle;
 use tracing::{debug, warn};
@@ -71,6 +71,8 @@ struct Shared {
     slots: Mutex<HashMap<String, Slot>>,
     write: WriteFn,
     written: Arc<StatusWritten>,
+    /// Counts every failed try: reconciles no longer see these errors.
+    failures: IntCounter,
     /// Notified whenever a group's writes end (for [`StatusWriter::flush`]).
     idle: Notify,
 }
@@ -100,13 +102,14 @@ pub struct StatusWriter {
 
 impl StatusWriter {
     /// Writes with `write`, recording each status in `written` as it is handed over and
-    /// written.
-    pub fn new(write: WriteFn, written: Arc<StatusWritten>) -> Self {
+    /// written, and counting failed tries in `failures`.
+    pub fn new(write: WriteFn, written: Arc<StatusWritten>, failures: IntCounter) -> Self {
         Self {
             shared: Arc::new(Shared {
                 slots: Mutex::default(),
                 write,
                 written,
+                failures,
                 idle: Notify::new(),
             }),
         }
@@ -118,12 +121,13 @@ impl StatusWriter {
         client: kube::Client,
         field_manager: &'static str,
         written: Arc<StatusWritten>,
+        failures: IntCounter,
     ) -> Self {
         let write: WriteFn = Arc::new(move |target: Target, status: HcommGroupStatus| {
             let api = kube::Api::namespaced(client.clone(), &target.namespace);
             Box::pin(async move { apply(&api, &target.name, &status, field_manager).await })
         });
-        Self::new(write, written)
+        Self::new(write, written, failures)
     }
 
     /// Hands `status` over to be written as `target`'s, and returns at once: it is
@@ -212,6 +216,9 @@ async fn write_group(shared: Weak<Shared>, uid: String) {
             status,
             done,
         } = handover;
+        if result.as_ref().is_err_and(|e| !is_gone(e)) {
+            shared.failures.inc();
+        }
         match result {
             Ok(version) => {
                 shared.written.answered(&uid, &status, version);
@@ -229,6 +236,9 @@ async fn write_group(shared: Weak<Shared>, uid: String) {
             }
             Err(error) => match done {
                 Some(done) => {
+                    // Not stored: the next round builds from the cached status again and
+                    // writes what differs (it would otherwise take this one as written).
+                    shared.written.forget(&uid);
                     let _ = done.send(Err(error));
                 }
                 None => {

@@ -1,5 +1,6 @@
 use std::collections::VecDeque;
 
+use prometheus::IntCounter;
 use tokio::sync::{Semaphore, mpsc};
 
 use super::*;
@@ -34,6 +35,7 @@ struct Script {
     permits: Arc<Semaphore>,
     writer: StatusWriter,
     written: Arc<StatusWritten>,
+    failures: IntCounter,
 }
 
 fn scripted(results: Vec<Result<Option<String>>>) -> Script {
@@ -51,11 +53,13 @@ fn scripted(results: Vec<Result<Option<String>>>) -> Script {
         })
     });
     let written = Arc::new(StatusWritten::default());
+    let failures = IntCounter::new("failures", "failed tries").unwrap();
     Script {
         started,
         permits,
-        writer: StatusWriter::new(write, written.clone()),
+        writer: StatusWriter::new(write, written.clone(), failures.clone()),
         written,
+        failures,
     }
 }
 
@@ -113,6 +117,7 @@ async fn a_failed_write_is_tried_again_unless_a_newer_status_replaces_it() {
     s.permits.add_permits(1);
     assert!(s.writer.flush(Duration::from_secs(5)).await);
     no_start(&mut s).await;
+    assert_eq!(s.failures.get(), 2, "every failed try is counted");
 }
 
 #[tokio::test]
@@ -136,6 +141,11 @@ async fn a_waiting_caller_gets_its_own_write_after_the_one_in_flight_and_its_err
         .expect("answered within 5 s");
     assert!(matches!(answer, Err(ref e) if !is_gone(e)), "{answer:?}");
     no_start(&mut s).await;
+    assert_eq!(
+        s.written.latest("u", Some(&epoch(1)), Some("v1")).epoch,
+        1,
+        "the failed status is not taken as written: the next round writes again"
+    );
 }
 
 #[tokio::test]
@@ -151,6 +161,7 @@ async fn a_gone_group_is_not_written_again_and_is_forgotten() {
         7,
         "forgotten: the cache"
     );
+    assert_eq!(s.failures.get(), 0, "a gone group is no failure");
 }
 
 #[tokio::test]

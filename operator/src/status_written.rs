@@ -62,27 +62,19 @@ impl StatusWritten {
             .unwrap_or_default()
     }
 
-    /// `status` is the group `uid`'s: written now (answered at `written`), or found already
-    /// there — in this process's last write, which stands as it is (written or still on
-    /// its way, [`StatusWritten::handed_over`]), or else in the cached object at
-    /// `cached_version`.
-    pub fn wrote(
-        &self,
-        uid: &str,
-        status: &HcommGroupStatus,
-        written: Option<String>,
-        cached_version: Option<&str>,
-    ) {
+    /// `status`, which this round computed, is what the group already has: in this
+    /// process's last write, which stands as it is (answered, or still on its way:
+    /// [`StatusWritten::handed_over`]), or else in the cached object at `cached_version`.
+    pub fn unchanged(&self, uid: &str, status: &HcommGroupStatus, cached_version: Option<&str>) {
         let mut all = self.lock();
-        if written.is_none() && all.get(uid).is_some_and(|w| w.status == *status) {
+        if all.get(uid).is_some_and(|w| w.status == *status) {
             return;
         }
-        let resource_version = written.or_else(|| cached_version.map(str::to_owned));
         all.insert(
             uid.to_owned(),
             Written {
                 status: status.clone(),
-                resource_version,
+                resource_version: cached_version.map(str::to_owned),
             },
         );
     }
@@ -138,10 +130,11 @@ mod tests {
                 .epoch
         };
         assert_eq!(latest(1, "5"), 1, "nothing written: the cache");
-        written.wrote("u", &epoch(2), Some("10".into()), Some("5"));
+        written.handed_over("u", &epoch(2));
+        written.answered("u", &epoch(2), Some("10".into()));
         assert_eq!(latest(1, "9"), 2, "the cache is behind the write");
         // Found already there: the version of the write that put it there still counts.
-        written.wrote("u", &epoch(2), None, Some("9"));
+        written.unchanged("u", &epoch(2), Some("9"));
         assert_eq!(latest(1, "9"), 2);
         assert_eq!(latest(2, "10"), 2, "the cache shows the write");
         assert_eq!(
@@ -163,7 +156,7 @@ mod tests {
         written.handed_over("u", &epoch(4));
         // The next round computes the same status: nothing new to write, and the cache,
         // at a version later than anything before, must not count as having it.
-        written.wrote("u", &epoch(4), None, Some("50"));
+        written.unchanged("u", &epoch(4), Some("50"));
         assert_eq!(written.latest("u", Some(&epoch(3)), Some("50")).epoch, 4);
         // An answer for a status no longer the latest changes nothing.
         written.answered("u", &epoch(3), Some("51".into()));
@@ -178,7 +171,7 @@ mod tests {
     fn a_status_found_in_the_cache_yields_to_a_later_change_by_someone_else() {
         let written = StatusWritten::default();
         // Just started: the cache at version 20 already holds what this round computed.
-        written.wrote("u", &epoch(3), None, Some("20"));
+        written.unchanged("u", &epoch(3), Some("20"));
         assert_eq!(written.latest("u", Some(&epoch(3)), Some("20")).epoch, 3);
         // Someone edits the status: the cache shows it, and it is the one to put right.
         assert_eq!(written.latest("u", Some(&epoch(9)), Some("21")).epoch, 9);
