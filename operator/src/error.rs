@@ -85,6 +85,11 @@ impl Error {
         }
     }
 
+    /// The API server answered 404: the object is gone (or never was).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::Kube { source: kube::Error::Api(status), .. } if status.code == 404)
+    }
+
     /// How long to wait before retrying, or `None` to wait for a change of the object.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
@@ -127,5 +132,13 @@ mod tests {
         };
         assert_eq!(error.category(), "Conflict");
         assert!(error.retry_after().is_some());
+        assert!(!error.is_not_found());
+        let gone = Error::Kube {
+            action: "get".into(),
+            source: kube::Error::Api(Box::new(
+                kube::core::Status::failure("gone", "NotFound").with_code(404),
+            )),
+        };
+        assert!(gone.is_not_found());
     }
 }

@@ -427,10 +427,7 @@ async fn add_finalizer(ctx: &Context, group: &HcommGroup) -> Result<()> {
 async fn remove_finalizer(ctx: &Context, group: &HcommGroup) -> Result<()> {
     let remove = |finalizers: &mut Vec<String>| finalizers.retain(|f| f != FINALIZER);
     match patch_finalizers(ctx, group, remove, "remove finalizer").await {
-        Err(Error::Kube {
-            source: kube::Error::Api(status),
-            ..
-        }) if status.code == 404 => Ok(()),
+        Err(error) if error.is_not_found() => Ok(()),
         other => other,
     }
 }

@@ -216,7 +216,7 @@ async fn write_group(shared: Weak<Shared>, uid: String) {
             status,
             done,
         } = handover;
-        if result.as_ref().is_err_and(|e| !is_gone(e)) {
+        if result.as_ref().is_err_and(|e| !e.is_not_found()) {
             shared.failures.inc();
         }
         match result {
@@ -227,7 +227,7 @@ async fn write_group(shared: Weak<Shared>, uid: String) {
                     let _ = done.send(Ok(()));
                 }
             }
-            Err(error) if is_gone(&error) => {
+            Err(error) if error.is_not_found() => {
                 debug!(group = %target.name, "group gone; its status is not written");
                 shared.written.forget(&uid);
                 if let Some(done) = done {
@@ -285,17 +285,6 @@ async fn apply(
         .await
         .map_err(Error::kube(format!("write status of HcommGroup {name}")))?;
     Ok(written.metadata.resource_version)
-}
-
-/// The API server answered 404: the group is gone, and its status with it.
-fn is_gone(error: &Error) -> bool {
-    matches!(
-        error,
-        Error::Kube {
-            source: kube::Error::Api(status),
-            ..
-        } if status.code == 404
-    )
 }
 
 #[cfg(test)]
