@@ -5,7 +5,8 @@
 //!    a promotion is the whole of a scale-out served from the standby;
 //! 2. check the planned table's layout against the backend's rank rules, and only then
 //!    create joiner Pods (server-side apply, field manager `hcomm-operator`): a plan HCCL
-//!    would refuse creates no Pod;
+//!    would refuse creates no Pod; a Pod the API server refuses ends the round here, with
+//!    the refusal in [`Outcome::refused`] (`crate::create_failures`);
 //! 3. ask victims to drain (annotation `hcomm.io/drain-requested`, merge patch);
 //! 4. write the rank table of the epoch (server-side apply of the ConfigMap) once every
 //!    member in it has its device-plugin allocation and the table passes validation;
@@ -28,6 +29,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use tracing::{info, warn};
 
 use crate::context::{Context, FIELD_MANAGER};
+use crate::create_failures::Refusal;
 use crate::error::{Error, Result};
 use crate::observe::{ANNOTATION_AVOID_NODES, Observed, avoid_nodes};
 use crate::planner::{Plan, Removal};
@@ -53,6 +55,9 @@ pub struct Outcome {
     /// Why the epoch's rank table was not written (and, for a refused layout, why no
     /// joiner was created).
     pub held: Option<rank_table::Held>,
+    /// Joiner Pods the API server did not create, and why (`crate::create_failures`).
+    /// Nothing after the creates was applied in that round.
+    pub refused: Option<Refusal>,
 }
 
 /// Carries `plan` out for `group`.
@@ -101,25 +106,34 @@ pub async fn apply(
         }
     };
     let creates = joiners.into_iter().map(|joiner| {
-        let (pods, params, namespace) = (&pods, &params, &namespace);
+        let (pods, params) = (&pods, &params);
         let pod = pod_builder::build(group, joiner, plan.epoch, world, ctx.local_api_volume);
         async move {
-            let written = pods
-                .patch(&joiner.name, params, &Patch::Apply(&pod))
-                .await
-                .map_err(Error::kube(format!(
-                    "create member Pod {namespace}/{}",
-                    joiner.name
-                )))?;
-            Ok((joiner, written))
+            let written = pods.patch(&joiner.name, params, &Patch::Apply(&pod)).await;
+            (joiner, written)
         }
     });
-    let creates = in_parallel(creates.collect()).await;
-    first_failure(creates, |(joiner, written)| {
-        ctx.expected.created(&written);
-        info!(member = %joiner.name, node = %joiner.node, index = joiner.index, "created member");
-        outcome.created.push(joiner.name.clone());
-    })?;
+    let mut refused: Vec<(String, kube::Error)> = Vec::new();
+    for (joiner, written) in in_parallel(creates.collect()).await {
+        match written {
+            Ok(written) => {
+                ctx.expected.created(&written);
+                info!(member = %joiner.name, node = %joiner.node, index = joiner.index, "created member");
+                outcome.created.push(joiner.name.clone());
+            }
+            Err(error) => {
+                warn!(member = %joiner.name, %error, "member Pod not created");
+                refused.push((joiner.name.clone(), error));
+            }
+        }
+    }
+    if let Some((_, first)) = refused.first() {
+        // As a failed round did before: no drain, table or deletion is applied on top of
+        // a set that lacks planned joiners; the next round plans again from what exists.
+        let members = refused.iter().map(|(name, _)| name.clone()).collect();
+        outcome.refused = Some(Refusal::new(members, first));
+        return Ok(outcome);
+    }
 
     let now = Timestamp::now().to_string();
     for victim in &plan.drain {
@@ -193,9 +207,7 @@ const WRITES_IN_FLIGHT: usize = 8;
 /// before the first error is returned). Built futures, not a closure mapped in the
 /// stream: a closure over borrowed items makes the reconcile future's `Send` bound fail
 /// to prove for every lifetime.
-async fn in_parallel<R>(
-    writes: Vec<impl std::future::Future<Output = Result<R>>>,
-) -> Vec<Result<R>> {
+async fn in_parallel<R>(writes: Vec<impl std::future::Future<Output = R>>) -> Vec<R> {
     futures::stream::iter(writes)
         .buffered(WRITES_IN_FLIGHT)
         .collect()

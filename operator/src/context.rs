@@ -54,6 +54,9 @@ pub struct Context {
     pub status_written: Arc<crate::status_written::StatusWritten>,
     /// Writes the groups' statuses off the reconcile path (`crate::status_writer`).
     pub status_writer: crate::status_writer::StatusWriter,
+    /// Per group, the member Pods the API server would not create
+    /// (`crate::create_failures`).
+    pub create_failures: Arc<crate::create_failures::CreateFailures>,
     /// Per group (`namespace/name`), its members' recent failures (see `crate::backoff`).
     pub backoff: std::sync::Arc<
         std::sync::Mutex<std::collections::HashMap<String, crate::backoff::FailureBackoff>>,
@@ -101,6 +104,7 @@ impl Context {
             secret_ensured: Arc::default(),
             budget_ensured: Arc::default(),
             status_written,
+            create_failures: Arc::default(),
             backoff: std::sync::Arc::default(),
         }
     }

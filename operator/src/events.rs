@@ -5,6 +5,7 @@
 //! Leaving, are in the status and the Pod's conditions: as Events they were half of the
 //! operator's writes in a scale storm, issue 20),
 //! `VerificationFailed`, `DrainTimedOut`, `InsufficientCapacity`, `InvalidSpec`,
+//! `FailedCreate` (a Warning each round the API server refuses member Pods),
 //! `EpochChanged`, and for link health (the `LinksHealthy` condition) Warning `LinkDown` /
 //! `LinkDegraded` when it turns False and Normal `LinksRecovered` when it turns True again.
 
@@ -56,6 +57,13 @@ pub fn for_round(
                 after.epoch,
                 after.topology.len()
             ),
+        ));
+    }
+    if let Some(refusal) = &outcome.refused {
+        notes.push(note(
+            true,
+            hcomm_crds::contract::GroupReason::FailedCreate.as_str(),
+            refusal.describe(),
         ));
     }
     for name in &outcome.created {
@@ -316,6 +324,37 @@ mod tests {
                 && notes[0]
                     .message
                     .contains(hcomm_crds::contract::PodReason::NicUnreachable.as_str())
+        );
+    }
+
+    #[test]
+    fn a_refused_create_is_a_warning_in_the_api_servers_words() {
+        let status = kube::core::Status::failure(
+            "pods \"g-1\" is forbidden: violates PodSecurity \"baseline:latest\"",
+            "Forbidden",
+        )
+        .with_code(403);
+        let refused = crate::create_failures::Refusal::new(
+            vec!["g-1".into()],
+            &kube::Error::Api(Box::new(status)),
+        );
+        let outcome = Outcome {
+            refused: Some(refused),
+            ..Outcome::default()
+        };
+        let status = HcommGroupStatus::default();
+        let notes = for_round(&status, &status, &outcome);
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].warning
+                && notes[0].reason == hcomm_crds::contract::GroupReason::FailedCreate.as_str()
+        );
+        assert!(
+            notes[0]
+                .message
+                .contains("member Pod g-1 not created (Forbidden): pods \"g-1\" is forbidden"),
+            "{}",
+            notes[0].message
         );
     }
 }

@@ -49,6 +49,9 @@ pub struct Metrics {
     pub event_write_failures: IntCounter,
     /// Group status writes that failed, each try (`crate::status_writer`).
     pub status_write_failures: IntCounter,
+    /// Rounds whose member Pod creates failed, by the API server's status code
+    /// (`crate::create_failures`).
+    pub create_failures: IntCounterVec,
     /// Members by group and phase.
     pub members: IntGaugeVec,
     /// Seconds from a member's creation (the scale request that planned it) to Ready.
@@ -133,6 +136,16 @@ impl Metrics {
              newer status replaces it or the group is gone).",
         )
         .expect("valid");
+        let create_failures = IntCounterVec::new(
+            Opts::new(
+                "member_create_failures_total",
+                "Reconciles whose member Pod creates failed (a quota, admission or a webhook \
+                 refused them, or no answer came), by the API server's status code (none: no \
+                 answer); the group's Degraded condition says why.",
+            ),
+            &["code"],
+        )
+        .expect("valid");
         let members = IntGaugeVec::new(
             Opts::new("members", "Members by group and phase."),
             &["namespace", "group", "phase"],
@@ -184,6 +197,7 @@ impl Metrics {
             Box::new(events_dropped.clone()),
             Box::new(event_write_failures.clone()),
             Box::new(status_write_failures.clone()),
+            Box::new(create_failures.clone()),
             Box::new(members.clone()),
             Box::new(scale_to_ready.clone()),
             Box::new(leader.clone()),
@@ -201,6 +215,7 @@ impl Metrics {
             events_dropped,
             event_write_failures,
             status_write_failures,
+            create_failures,
             members,
             scale_to_ready,
             leader,

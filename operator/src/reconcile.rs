@@ -11,13 +11,13 @@ use hcomm_crds::contract::GroupConditionType;
 use hcomm_crds::{HcommGroup, HcommGroupStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::apply::{self, Outcome};
 use crate::context::Context;
+use crate::create_failures::CreateFailure;
 use crate::error::{Error, Result};
 use crate::links::{self, LinkReport};
 use crate::observe::{self, Observed};
@@ -26,9 +26,9 @@ use crate::planner::{Desired, Plan, PlanInput, rollout};
 use crate::{
     allocation, disruption, group_secret, isolation, pdb, podgroup, revision, revision_history,
 };
-use crate::{events, status, status_writer};
+use crate::{events, finalizer, status, status_writer};
 
-pub use hcomm_crds::contract::FINALIZER;
+pub use crate::finalizer::FINALIZER;
 
 /// Reconciles one `HcommGroup`.
 pub async fn reconcile(group: Arc<HcommGroup>, ctx: Arc<Context>) -> Result<Action> {
@@ -85,7 +85,7 @@ async fn pipeline(
 ) -> Result<Action> {
     let deleting = group.meta().deletion_timestamp.is_some();
     if !deleting && !group.finalizers().iter().any(|f| f == FINALIZER) {
-        add_finalizer(ctx, group).await?;
+        finalizer::add(ctx, group).await?;
     }
     // Once per `recently::RECHECK` per group, not on every reconcile: neither object
     // changes with the group's spec or members.
@@ -131,7 +131,18 @@ async fn pipeline(
         invalid.is_some() && !deleting,
         now,
     );
-    input.new_members_after = ctx.failure_backoff(group, &members, now);
+    // Members that keep failing, or Pods the API server keeps refusing, hold new members
+    // back: the later of the two waits.
+    let generation = group.meta().generation;
+    let create_failure = ctx.create_failures.current(&uid, generation);
+    input.new_members_after = [
+        ctx.failure_backoff(group, &members, now),
+        create_failure.as_ref().map(CreateFailure::retry_at),
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|t| now < *t)
+    .max();
     // The planner's plan, with members on cordoned nodes moved off (`disruption`).
     let budget = disruption::Budget::of(&group.spec.scaling);
     let plan = disruption::plan(&input, &observed.cordoned, budget);
@@ -157,6 +168,30 @@ async fn pipeline(
             ctx.assumed.forget(&namespace, &joiner.name);
         }
     }
+    let (plan, create_failure) = match &outcome.refused {
+        Some(refusal) => {
+            ctx.metrics
+                .create_failures
+                .with_label_values(&[&refusal.code_label()])
+                .inc();
+            let failure = ctx
+                .create_failures
+                .failed(&uid, refusal.clone(), generation, now);
+            // The status shows the set as it stands, as the rounds that wait for the
+            // next try plan it: a set with the refused joiners in it (and its epoch) was
+            // never made, and the next round's would take it back.
+            input.new_members_after = input.new_members_after.max(Some(failure.retry_at()));
+            let waiting = disruption::plan(&input, &observed.cordoned, budget);
+            (waiting, Some(failure))
+        }
+        // Created, or no member missing (or the group is going): nothing stands.
+        None if !outcome.created.is_empty() || plan.delayed_until.is_none() => {
+            ctx.create_failures.forget(&uid);
+            (plan, None)
+        }
+        // Waiting out the delay: the last refusal still says why members are missing.
+        None => (plan, create_failure),
+    };
     let links = links_after(&links, &members, &outcome);
     update_status(
         ctx,
@@ -169,6 +204,7 @@ async fn pipeline(
         &outcome,
         &links,
         invalid.as_deref(),
+        create_failure.as_ref(),
         &pod_group,
         now,
     )
@@ -184,7 +220,7 @@ async fn pipeline(
             }
             let key = (group.namespace().unwrap_or_default(), group.name_any());
             ctx.table_writes.forget(&key);
-            remove_finalizer(ctx, group).await?;
+            finalizer::remove(ctx, group).await?;
             ctx.metrics
                 .forget_group(&group.namespace().unwrap_or_default(), &group.name_any());
             info!("members gone; finalizer removed");
@@ -316,6 +352,7 @@ async fn update_status(
     outcome: &Outcome,
     links: &LinkReport,
     invalid: Option<&str>,
+    create_failure: Option<&CreateFailure>,
     pod_group: &podgroup::PodGroupOutcome,
     now: Timestamp,
 ) -> Result<()> {
@@ -327,6 +364,7 @@ async fn update_status(
         outcome,
         nodes: &observed.nodes,
         invalid,
+        create_failure,
         links,
         now,
     });
@@ -401,9 +439,10 @@ fn next_action(
     if plan.unplaced > 0 {
         after = after.min(Duration::from_secs(10));
     }
-    // A drain deadline, a member's placement/allocation deadline, or the moment the
-    // freshest link results turn stale (an agent that stops publishing changes nothing in
-    // the cluster, so no watch event would wake us).
+    // A drain deadline (or the next try of held-back members), a member's
+    // placement/allocation deadline, or the moment the freshest link results turn stale
+    // (an agent that stops publishing changes nothing in the cluster, so no watch event
+    // would wake us).
     for deadline in [plan.recheck_after, links.recheck_after, allocation_recheck]
         .into_iter()
         .flatten()
@@ -413,61 +452,4 @@ fn next_action(
         after = after.min(deadline);
     }
     Action::requeue(after)
-}
-
-async fn add_finalizer(ctx: &Context, group: &HcommGroup) -> Result<()> {
-    let add = |finalizers: &mut Vec<String>| {
-        if !finalizers.iter().any(|f| f == FINALIZER) {
-            finalizers.push(FINALIZER.to_owned());
-        }
-    };
-    patch_finalizers(ctx, group, add, "add finalizer").await
-}
-
-async fn remove_finalizer(ctx: &Context, group: &HcommGroup) -> Result<()> {
-    let remove = |finalizers: &mut Vec<String>| finalizers.retain(|f| f != FINALIZER);
-    match patch_finalizers(ctx, group, remove, "remove finalizer").await {
-        Err(error) if error.is_not_found() => Ok(()),
-        other => other,
-    }
-}
-
-/// Replaces the finalizer list, conditional on the `resourceVersion` just read (a merge
-/// patch carrying `metadata.resourceVersion` conflicts when the object changed meanwhile).
-async fn patch_finalizers(
-    ctx: &Context,
-    group: &HcommGroup,
-    edit: impl Fn(&mut Vec<String>),
-    action: &str,
-) -> Result<()> {
-    let api: Api<HcommGroup> =
-        Api::namespaced(ctx.client.clone(), &group.namespace().unwrap_or_default());
-    // The cached object is stale after this round's own status write: read the latest.
-    let Some(latest) = api
-        .get_opt(&group.name_any())
-        .await
-        .map_err(Error::kube(action))?
-    else {
-        return Ok(());
-    };
-    let mut finalizers = latest.finalizers().to_vec();
-    let before = finalizers.clone();
-    edit(&mut finalizers);
-    if finalizers == before {
-        return Ok(());
-    }
-    let patch = serde_json::json!({
-        "metadata": {
-            "finalizers": finalizers,
-            "resourceVersion": latest.resource_version(),
-        }
-    });
-    api.patch(
-        &group.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(Error::kube(action))?;
-    Ok(())
 }

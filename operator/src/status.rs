@@ -24,6 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::apply::Outcome;
+use crate::create_failures::CreateFailure;
 use crate::links::LinkReport;
 use crate::phase::ObservedMember;
 use crate::planner::rollout::{Progress, Stop, StopReason};
@@ -55,6 +56,8 @@ pub struct StatusInput<'a> {
     pub nodes: &'a [NodeInventory],
     /// Why the spec is invalid, when it is.
     pub invalid: Option<&'a str>,
+    /// The member Pods the API server would not create, while that stands.
+    pub create_failure: Option<&'a CreateFailure>,
     /// The links between the members' nodes.
     pub links: &'a LinkReport,
     /// The current time.
@@ -233,10 +236,22 @@ pub fn build(input: StatusInput<'_>) -> HcommGroupStatus {
             &now,
         );
     } else if let Some(until) = input.plan.delayed_until {
-        // Not "Stable": members are missing, held back by the failure backoff.
+        // Not "Stable": members are missing, held back by a backoff — their Pods were
+        // refused, or members keep failing.
+        let (reason, why, see) = match input.create_failure {
+            Some(_) => (
+                GroupReason::FailedCreate,
+                "new member Pods were refused, tried again at",
+                "the Degraded condition says why",
+            ),
+            None => (
+                GroupReason::FailureBackoff,
+                "members keep failing, so new members wait until",
+                "see the failed members' messages and the group's Events",
+            ),
+        };
         let message = format!(
-            "epoch {}: {} of {} members; members keep failing, so new members wait until {until} \
-             (see the failed members' messages and the group's Events)",
+            "epoch {}: {} of {} members; {why} {until} ({see})",
             input.plan.epoch,
             input.plan.members.len(),
             group.spec.replicas + group.spec.scaling.standby,
@@ -245,7 +260,7 @@ pub fn build(input: StatusInput<'_>) -> HcommGroupStatus {
             &mut conditions,
             CONDITION_PROGRESSING,
             true,
-            GroupReason::FailureBackoff.as_str(),
+            reason.as_str(),
             message,
             generation,
             &now,
@@ -437,6 +452,11 @@ fn phase_since(
 fn degraded(input: StatusInput<'_>, previous: &HcommGroupStatus) -> (bool, &'static str, String) {
     if let Some(invalid) = input.invalid {
         return (true, reasons::INVALID_SPEC, invalid.to_owned());
+    }
+    // Before the others: a refused Pod is the tenant's to fix, and the API server's words
+    // are the only place that says how.
+    if let Some(failure) = input.create_failure {
+        return (true, GroupReason::FailedCreate.as_str(), failure.describe());
     }
     let timed_out: Vec<&str> = input
         .outcome

@@ -4,21 +4,30 @@
 //! - a member Pod exactly as the operator builds it by default (its local API through the
 //!   agent's CSI driver, an inline volume) is admitted;
 //! - with `--local-api-volume host-path` the same Pod is refused, and only for that
-//!   `hostPath` volume: the fallback's cost, written down in docs/security.md.
+//!   `hostPath` volume: the fallback's cost, written down in docs/security.md;
+//! - an operator run that way meets the refusal: the group says it in the API server's
+//!   words (`Degraded=True`, reason `FailedCreate`, a Warning Event, a metric), tries again
+//!   at a growing interval, and creates the member once the namespace admits it.
 
 mod support;
 
 use std::time::Duration;
 
-use anyhow::ensure;
+use anyhow::{Context as _, Result, ensure};
+use hcomm_crds::HcommGroup;
+use hcomm_crds::contract::{CONDITION_DEGRADED, CONDITION_PROGRESSING, GroupReason};
 use hcomm_operator::planner::PlannedMember;
 use hcomm_operator::pod_builder::LocalApiVolume;
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::events::v1::Event;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
-use support::{Cluster, group_manifest, run};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use support::{
+    Cluster, Operator, group_condition, group_condition_message, group_manifest, run, wait_until,
+};
 
 const NS: &str = "psa";
+const FAILED_CREATE: &str = GroupReason::FailedCreate.as_str();
 
 #[test]
 fn baseline_admits_a_member_pod_with_the_csi_local_api_and_refuses_only_the_host_path_one() {
@@ -91,6 +100,112 @@ fn baseline_admits_a_member_pod_with_the_csi_local_api_and_refuses_only_the_host
             "refused, but not for the local API's hostPath: {message}"
         );
         eprintln!("baseline refuses the host-path member Pod: {message}");
-        Ok(())
+
+        // The same control plane: the test's own Pod and group go first.
+        cluster
+            .pods()
+            .delete("decode-0-e1", &DeleteParams::default().grace_period(0))
+            .await?;
+        cluster
+            .groups()
+            .delete("decode", &DeleteParams::default())
+            .await?;
+        refused_members_show_on_the_group_until_admitted(&cluster, &namespaces).await
     });
+}
+
+async fn refused_members_show_on_the_group_until_admitted(
+    cluster: &Cluster,
+    namespaces: &Api<Namespace>,
+) -> Result<()> {
+    cluster.add_node("n1", "r0", "s0", 2, "10.0.0.1").await?;
+    let operator = Operator::start_with(
+        cluster,
+        "solo",
+        cluster.cp.kubeconfig_path(),
+        "default",
+        &["--local-api-volume", "host-path"],
+    )?;
+    cluster
+        .apply_group(group_manifest("refused", 1, 1, 60))
+        .await?;
+    let failed_create = |g: &HcommGroup| {
+        group_condition(g, CONDITION_DEGRADED) == Some(("True".into(), FAILED_CREATE.into()))
+    };
+    // The third try: each one is recorded, and they come 1 s and 2 s apart.
+    let group = cluster
+        .wait_group("refused", "Degraded=FailedCreate, tried 3 times", |g| {
+            failed_create(g)
+                && group_condition_message(g, CONDITION_DEGRADED)
+                    .is_some_and(|(_, _, m)| m.contains("tried 3 time(s)"))
+        })
+        .await
+        .with_context(|| operator.log_tail())?;
+    let (_, _, message) = group_condition_message(&group, CONDITION_DEGRADED).unwrap_or_default();
+    ensure!(
+        message.contains("member Pod refused-0-e")
+            && message.contains("not created (Forbidden)")
+            && message.contains("violates PodSecurity \"baseline:latest\"")
+            && message.contains("hostPath volumes"),
+        "Degraded does not give the API server's reason: {message}"
+    );
+    ensure!(
+        group_condition(&group, CONDITION_PROGRESSING)
+            == Some(("True".into(), FAILED_CREATE.into())),
+        "Progressing: {:?}",
+        group_condition_message(&group, CONDITION_PROGRESSING)
+    );
+    ensure!(cluster.members("refused").await?.is_empty());
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let note = wait_until("a Warning FailedCreate Event on the group", || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items.into_iter().find_map(|e| {
+            let on_group = e.regarding.as_ref()?.name.as_deref() == Some("refused");
+            let wanted =
+                e.reason.as_deref() == Some(FAILED_CREATE) && e.type_.as_deref() == Some("Warning");
+            (on_group && wanted).then(|| e.note.unwrap_or_default())
+        })
+    })
+    .await?;
+    ensure!(note.contains("hostPath volumes"), "Event note: {note}");
+    let metrics = operator.metrics_text().await?;
+    let refusals = hcomm_e2e::bench::metric(
+        &metrics,
+        "hcomm_operator_member_create_failures_total{code=\"403\"}",
+    );
+    ensure!(
+        refusals.is_some_and(|n| n >= 3.0),
+        "create failures metric: {refusals:?}"
+    );
+
+    // The tenant lets the Pod in; the next try (4 s after the third) creates it.
+    namespaces
+        .patch(
+            NS,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {
+                "pod-security.kubernetes.io/enforce": "privileged"
+            }}})),
+        )
+        .await?;
+    let members = wait_until("the refused member created", || async {
+        let members = cluster.members("refused").await.ok()?;
+        (!members.is_empty()).then_some(members)
+    })
+    .await
+    .with_context(|| operator.log_tail())?;
+    let names: Vec<&String> = members.keys().collect();
+    // The refused rounds recorded no epoch of their own: the member is epoch 1's.
+    ensure!(
+        names == ["refused-0-e1"],
+        "created after the refusals: {names:?}"
+    );
+    cluster
+        .wait_group("refused", "Degraded no longer FailedCreate", |g| {
+            group_condition(g, CONDITION_DEGRADED)
+                .is_some_and(|(_, reason)| reason != FAILED_CREATE)
+        })
+        .await
+        .with_context(|| operator.log_tail())?;
+    Ok(())
 }

@@ -73,6 +73,11 @@ string_enum! {
         /// The scheduler cannot place a member Pod (`PodScheduled=False`, `Unschedulable`):
         /// no node with the chosen hostname has the NPUs free, a taint or quota refuses it.
         Unschedulable => "Unschedulable",
+        /// The API server refused to create a member Pod (a full `ResourceQuota`, Pod
+        /// Security admission, a policy webhook): `Degraded=True` with its message and a
+        /// Warning Event; the create is tried again at a growing interval, at once after a
+        /// spec edit. The name a ReplicaSet uses for the same thing.
+        FailedCreate => "FailedCreate",
         /// The epoch's rank table is held back: a member has no device-plugin allocation
         /// annotation yet.
         WaitingForAllocation => "WaitingForAllocation",

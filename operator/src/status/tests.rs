@@ -48,6 +48,7 @@ fn build_at(group: &HcommGroup, links: &LinkReport, now: Timestamp) -> HcommGrou
         outcome: &Outcome::default(),
         nodes: &[],
         invalid: None,
+        create_failure: None,
         links,
         now,
     })
@@ -137,6 +138,7 @@ fn a_failed_verification_outranks_a_dead_link_on_degraded() {
         outcome: &Outcome::default(),
         nodes: &[],
         invalid: None,
+        create_failure: None,
         links: &report(false, t0),
         now: t0,
     });
@@ -199,6 +201,7 @@ fn status_bytes(count: i32, dpm: i32) -> (usize, HcommGroupStatus) {
         outcome: &Outcome::default(),
         nodes: &nodes,
         invalid: None,
+        create_failure: None,
         links: &LinkReport::default(),
         now,
     });
@@ -274,6 +277,7 @@ fn standby_members_are_counted_apart_from_the_scale_subresources_replicas() {
         outcome: &Outcome::default(),
         nodes: &[],
         invalid: None,
+        create_failure: None,
         links: &links,
         now,
     });
@@ -291,6 +295,28 @@ fn standby_members_are_counted_apart_from_the_scale_subresources_replicas() {
     assert!(ready.message.contains("1/1 standby warm"), "{ready:?}");
 }
 
+/// The status of a group whose plan holds new members back, by a refused create or not.
+fn held_back(
+    g: &HcommGroup,
+    plan: &Plan,
+    nodes: &[NodeInventory],
+    create_failure: Option<&CreateFailure>,
+    now: Timestamp,
+) -> HcommGroupStatus {
+    build(StatusInput {
+        group: g,
+        previous: &g.status.clone().unwrap_or_default(),
+        members: &[],
+        plan,
+        outcome: &Outcome::default(),
+        nodes,
+        invalid: None,
+        create_failure,
+        links: &report(true, now),
+        now,
+    })
+}
+
 #[test]
 fn members_held_back_by_the_failure_backoff_are_progressing_not_stable() {
     let t0 = Timestamp::from_second(1_700_000_000).unwrap();
@@ -299,17 +325,7 @@ fn members_held_back_by_the_failure_backoff_are_progressing_not_stable() {
     let until = Timestamp::from_second(1_700_000_008).unwrap();
     let (mut plan, nodes) = big_plan(1, 1);
     plan.delayed_until = Some(until);
-    let status = build(StatusInput {
-        group: &g,
-        previous: &g.status.clone().unwrap_or_default(),
-        members: &[],
-        plan: &plan,
-        outcome: &Outcome::default(),
-        nodes: &nodes,
-        invalid: None,
-        links: &report(true, t0),
-        now: t0,
-    });
+    let status = held_back(&g, &plan, &nodes, None, t0);
     let progressing = find_condition(&status.conditions, CONDITION_PROGRESSING).unwrap();
     assert_eq!(
         (progressing.status.as_str(), progressing.reason.as_str()),
@@ -326,4 +342,41 @@ fn members_held_back_by_the_failure_backoff_are_progressing_not_stable() {
         "{}",
         progressing.message
     );
+}
+
+#[test]
+fn refused_member_pods_make_the_group_degraded_in_the_api_servers_words() {
+    use crate::create_failures::Refusal;
+    let t0 = Timestamp::from_second(1_700_000_000).unwrap();
+    let mut g = group();
+    g.spec.replicas = 4;
+    let status = kube::core::Status::failure(
+        "pods \"g-1\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1",
+        "Forbidden",
+    )
+    .with_code(403);
+    let refusal = Refusal::new(vec!["g-1".into()], &kube::Error::Api(Box::new(status)));
+    let failure = CreateFailure::next(None, refusal, g.metadata.generation, t0);
+    let (mut plan, nodes) = big_plan(1, 1);
+    plan.delayed_until = Some(failure.retry_at());
+    let status = held_back(&g, &plan, &nodes, Some(&failure), t0);
+    let failed_create = hcomm_crds::contract::GroupReason::FailedCreate.as_str();
+    let degraded = find_condition(&status.conditions, CONDITION_DEGRADED).unwrap();
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", failed_create)
+    );
+    assert!(
+        degraded.message.starts_with(
+            "member Pod g-1 not created (Forbidden): pods \"g-1\" is forbidden: exceeded quota"
+        ) && degraded.message.contains("tried 1 time(s), next try at"),
+        "{}",
+        degraded.message
+    );
+    let progressing = find_condition(&status.conditions, CONDITION_PROGRESSING).unwrap();
+    assert_eq!(
+        (progressing.status.as_str(), progressing.reason.as_str()),
+        ("True", failed_create)
+    );
+    assert_eq!(status.phase, Some(hcomm_crds::GroupPhase::Degraded));
 }
