@@ -127,7 +127,8 @@ impl CreateFailure {
             "{}; tried {} time(s), next try at {}",
             self.refusal.describe(),
             self.tries,
-            self.retry_at()
+            // Whole seconds: people read it, and the wait is in seconds.
+            Timestamp::from_second(self.retry_at().as_second()).unwrap_or(self.at)
         )
     }
 }

@@ -63,6 +63,10 @@ pub enum Error {
     },
 }
 
+/// How long a round the API server refused waits before it is tried again (a spec edit
+/// tries at once).
+pub const REFUSED_RETRY: Duration = Duration::from_secs(30);
+
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -90,10 +94,27 @@ impl Error {
         matches!(self, Self::Kube { source: kube::Error::Api(status), .. } if status.code == 404)
     }
 
+    /// The API server refused the request as it stands (400 Bad Request, 403 Forbidden:
+    /// a quota, admission, RBAC; 422 Invalid): trying again at once would be refused
+    /// again, and only the group's owner (or the cluster's) can change that. The API
+    /// server's words then.
+    pub fn refusal(&self) -> Option<String> {
+        match self {
+            Self::Kube {
+                action,
+                source: kube::Error::Api(status),
+            } if matches!(status.code, 400 | 403 | 422) => {
+                Some(format!("{action}: {}", status.message))
+            }
+            _ => None,
+        }
+    }
+
     /// How long to wait before retrying, or `None` to wait for a change of the object.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Self::InvalidSpec { .. } => None,
+            Self::Kube { .. } if self.refusal().is_some() => Some(REFUSED_RETRY),
             Self::Kube { .. } => Some(Duration::from_secs(2)),
             _ => Some(Duration::from_secs(10)),
         }
@@ -140,5 +161,27 @@ mod tests {
             )),
         };
         assert!(gone.is_not_found());
+        assert_eq!(error.refusal(), None);
+    }
+
+    #[test]
+    fn a_refused_write_is_said_in_the_api_servers_words_and_tried_less_often() {
+        let status = kube::core::Status::failure(
+            "poddisruptionbudgets.policy \"d\" is forbidden: exceeded quota: q",
+            "Forbidden",
+        )
+        .with_code(403);
+        let error = Error::Kube {
+            action: "apply PodDisruptionBudget ns/d".into(),
+            source: kube::Error::Api(Box::new(status)),
+        };
+        assert_eq!(
+            error.refusal().as_deref(),
+            Some(
+                "apply PodDisruptionBudget ns/d: poddisruptionbudgets.policy \"d\" is forbidden: \
+                 exceeded quota: q"
+            )
+        );
+        assert_eq!(error.retry_after(), Some(REFUSED_RETRY));
     }
 }

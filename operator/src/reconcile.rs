@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hcomm_crds::conditions::{ConditionStatus, set_condition};
-use hcomm_crds::contract::GroupConditionType;
+use hcomm_crds::contract::{GroupConditionType, GroupReason};
 use hcomm_crds::{HcommGroup, HcommGroupStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -59,7 +59,36 @@ pub async fn reconcile(group: Arc<HcommGroup>, ctx: Arc<Context>) -> Result<Acti
     let took = started.elapsed();
     ctx.metrics.duration.observe(took.as_secs_f64());
     span.in_scope(|| tracing::debug!(?took, ok = result.is_ok(), "reconciled"));
+    if let Some(message) = result.as_ref().err().and_then(Error::refusal) {
+        report_refused(&ctx, &group, message);
+    }
     result
+}
+
+/// Says on the group what the API server refused (its status and a Warning Event): the
+/// log alone is not where a tenant looks. The status write goes off the reconcile path.
+fn report_refused(ctx: &Context, group: &HcommGroup, message: String) {
+    let uid = group.meta().uid.clone().unwrap_or_default();
+    let previous = ctx.status_written.latest(
+        &uid,
+        group.status.as_ref(),
+        group.meta().resource_version.as_deref(),
+    );
+    let next = status::refused(&previous, group, message.clone(), Timestamp::now());
+    if next != previous {
+        let target = status_writer::Target {
+            namespace: group.namespace().unwrap_or_default(),
+            name: group.name_any(),
+            uid,
+        };
+        ctx.status_writer.hand_over(target, next);
+    }
+    let note = events::Note {
+        warning: true,
+        reason: GroupReason::RequestRefused.as_str().to_owned(),
+        message,
+    };
+    events::publish(ctx, group, vec![note]);
 }
 
 /// Error policy: an invalid spec waits for an edit; anything else retries soon.

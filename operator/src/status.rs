@@ -416,6 +416,31 @@ pub fn rollout_stopped(group: &HcommGroup) -> Option<Stop> {
     })
 }
 
+/// `previous` with `Degraded=True` (reason `RequestRefused`, the API server's words in
+/// `message`) for a round a refused write stopped. Everything else stands as it was: the
+/// round saw no further (pure).
+pub fn refused(
+    previous: &HcommGroupStatus,
+    group: &HcommGroup,
+    message: String,
+    now: Timestamp,
+) -> HcommGroupStatus {
+    let mut next = previous.clone();
+    set(
+        &mut next.conditions,
+        CONDITION_DEGRADED,
+        true,
+        GroupReason::RequestRefused.as_str(),
+        message,
+        group.metadata.generation,
+        &Time(now),
+    );
+    if group.metadata.deletion_timestamp.is_none() {
+        next.phase = Some(GroupPhase::Degraded);
+    }
+    next
+}
+
 fn set(
     conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
     type_: &str,

@@ -78,6 +78,11 @@ string_enum! {
         /// Warning Event; the create is tried again at a growing interval, at once after a
         /// spec edit. The name a ReplicaSet uses for the same thing.
         FailedCreate => "FailedCreate",
+        /// The API server refused another of the operator's writes for the group (its
+        /// PodDisruptionBudget, rank-table ConfigMap, ControllerRevision or a member's
+        /// label: a quota, an admission webhook, missing RBAC): `Degraded=True` with its
+        /// words and a Warning Event; the round is tried again every 30 s.
+        RequestRefused => "RequestRefused",
         /// The epoch's rank table is held back: a member has no device-plugin allocation
         /// annotation yet.
         WaitingForAllocation => "WaitingForAllocation",

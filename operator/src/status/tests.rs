@@ -380,3 +380,35 @@ fn refused_member_pods_make_the_group_degraded_in_the_api_servers_words() {
     );
     assert_eq!(status.phase, Some(hcomm_crds::GroupPhase::Degraded));
 }
+
+#[test]
+fn a_refused_round_marks_the_last_status_degraded_and_changes_nothing_else() {
+    let t0 = Timestamp::from_second(1_700_000_000).unwrap();
+    let g = group();
+    let (plan, nodes) = big_plan(1, 1);
+    let last = held_back(&g, &plan, &nodes, None, t0);
+    let refused = refused(
+        &last,
+        &g,
+        "apply PodDisruptionBudget x: forbidden".into(),
+        t0,
+    );
+    let degraded = find_condition(&refused.conditions, CONDITION_DEGRADED).unwrap();
+    assert_eq!(
+        (
+            degraded.status.as_str(),
+            degraded.reason.as_str(),
+            degraded.message.as_str()
+        ),
+        (
+            "True",
+            hcomm_crds::contract::GroupReason::RequestRefused.as_str(),
+            "apply PodDisruptionBudget x: forbidden"
+        )
+    );
+    assert_eq!(refused.phase, Some(hcomm_crds::GroupPhase::Degraded));
+    let mut unchanged = refused.clone();
+    unchanged.conditions = last.conditions.clone();
+    unchanged.phase = last.phase;
+    assert_eq!(unchanged, last, "only Degraded and the phase change");
+}

@@ -7,7 +7,13 @@
 //!   `hostPath` volume: the fallback's cost, written down in docs/security.md;
 //! - an operator run that way meets the refusal: the group says it in the API server's
 //!   words (`Degraded=True`, reason `FailedCreate`, a Warning Event, a metric), tries again
-//!   at a growing interval, and creates the member once the namespace admits it.
+//!   at a growing interval, and creates the member once the namespace admits it;
+//! - a `ResourceQuota` that leaves no PodDisruptionBudget (its status written as the quota
+//!   controller would, which this control plane does not run) refuses the group's budget: the
+//!   group says so (`Degraded=True`, reason `RequestRefused`, a Warning Event) and gets its
+//!   members once the quota goes.
+//!
+//! One control plane for all of it (the machine has 2 cores).
 
 mod support;
 
@@ -18,7 +24,7 @@ use hcomm_crds::HcommGroup;
 use hcomm_crds::contract::{CONDITION_DEGRADED, CONDITION_PROGRESSING, GroupReason};
 use hcomm_operator::planner::PlannedMember;
 use hcomm_operator::pod_builder::LocalApiVolume;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -30,7 +36,7 @@ const NS: &str = "psa";
 const FAILED_CREATE: &str = GroupReason::FailedCreate.as_str();
 
 #[test]
-fn baseline_admits_a_member_pod_with_the_csi_local_api_and_refuses_only_the_host_path_one() {
+fn baseline_refuses_only_the_host_path_member_pod_and_refusals_show_on_the_group() {
     run(Duration::from_secs(180), || async {
         let cluster = Cluster::start(NS).await?;
         let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
@@ -110,14 +116,99 @@ fn baseline_admits_a_member_pod_with_the_csi_local_api_and_refuses_only_the_host
             .groups()
             .delete("decode", &DeleteParams::default())
             .await?;
-        refused_members_show_on_the_group_until_admitted(&cluster, &namespaces).await
+        let operator =
+            refused_members_show_on_the_group_until_admitted(&cluster, &namespaces).await?;
+        a_refused_budget_shows_on_the_group_until_the_quota_goes(&cluster, &operator).await
     });
+}
+
+/// Waits for a Warning Event with `reason` on the group `group`; returns its note.
+async fn warning(cluster: &Cluster, group: &str, reason: &str) -> Result<String> {
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    wait_until(&format!("a Warning {reason} Event on {group}"), || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items.into_iter().find_map(|e| {
+            let on_group = e.regarding.as_ref()?.name.as_deref() == Some(group);
+            let wanted =
+                e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning");
+            (on_group && wanted).then(|| e.note.unwrap_or_default())
+        })
+    })
+    .await
+}
+
+async fn a_refused_budget_shows_on_the_group_until_the_quota_goes(
+    cluster: &Cluster,
+    operator: &Operator,
+) -> Result<()> {
+    let quotas: Api<ResourceQuota> = Api::namespaced(cluster.client.clone(), NS);
+    let quota: ResourceQuota = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "no-budgets"},
+        "spec": {"hard": {"count/poddisruptionbudgets.policy": "0"}}
+    }))?;
+    quotas.create(&PostParams::default(), &quota).await?;
+    // The quota controller's part (this control plane runs none): what the quota admits
+    // follows from its status, which the API server's quota admission reads.
+    let none = serde_json::json!({"count/poddisruptionbudgets.policy": "0"});
+    quotas
+        .patch_status(
+            "no-budgets",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"hard": none, "used": none}})),
+        )
+        .await?;
+    cluster
+        .apply_group(group_manifest("budgetless", 1, 1, 60))
+        .await?;
+    let refused = GroupReason::RequestRefused.as_str();
+    let group = cluster
+        .wait_group("budgetless", "Degraded=RequestRefused", |g| {
+            group_condition(g, CONDITION_DEGRADED) == Some(("True".into(), refused.into()))
+        })
+        .await
+        .with_context(|| operator.log_tail())?;
+    let (_, _, message) = group_condition_message(&group, CONDITION_DEGRADED).unwrap_or_default();
+    ensure!(
+        message.starts_with(&format!("apply PodDisruptionBudget {NS}/budgetless"))
+            && message.contains("forbidden")
+            && message.contains("no-budgets"),
+        "Degraded does not give the API server's reason: {message}"
+    );
+    eprintln!("the budgetless group says: {message}");
+    ensure!(cluster.members("budgetless").await?.is_empty());
+    let note = warning(cluster, "budgetless", refused).await?;
+    ensure!(note == message, "Event note: {note}");
+
+    // The quota goes; an edit of the group runs the round at once (else within 30 s).
+    quotas
+        .delete("no-budgets", &DeleteParams::default())
+        .await?;
+    cluster
+        .groups()
+        .patch(
+            "budgetless",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"touched": "1"}}})),
+        )
+        .await?;
+    wait_until("the budgetless group's member", || async {
+        let members = cluster.members("budgetless").await.ok()?;
+        (!members.is_empty()).then_some(())
+    })
+    .await
+    .with_context(|| operator.log_tail())?;
+    cluster
+        .wait_group("budgetless", "Degraded no longer RequestRefused", |g| {
+            group_condition(g, CONDITION_DEGRADED).is_some_and(|(_, reason)| reason != refused)
+        })
+        .await?;
+    Ok(())
 }
 
 async fn refused_members_show_on_the_group_until_admitted(
     cluster: &Cluster,
     namespaces: &Api<Namespace>,
-) -> Result<()> {
+) -> Result<Operator> {
     cluster.add_node("n1", "r0", "s0", 2, "10.0.0.1").await?;
     let operator = Operator::start_with(
         cluster,
@@ -149,6 +240,7 @@ async fn refused_members_show_on_the_group_until_admitted(
             && message.contains("hostPath volumes"),
         "Degraded does not give the API server's reason: {message}"
     );
+    eprintln!("the refused group says: {message}");
     ensure!(
         group_condition(&group, CONDITION_PROGRESSING)
             == Some(("True".into(), FAILED_CREATE.into())),
@@ -156,17 +248,7 @@ async fn refused_members_show_on_the_group_until_admitted(
         group_condition_message(&group, CONDITION_PROGRESSING)
     );
     ensure!(cluster.members("refused").await?.is_empty());
-    let events: Api<Event> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
-    let note = wait_until("a Warning FailedCreate Event on the group", || async {
-        let list = events.list(&ListParams::default()).await.ok()?;
-        list.items.into_iter().find_map(|e| {
-            let on_group = e.regarding.as_ref()?.name.as_deref() == Some("refused");
-            let wanted =
-                e.reason.as_deref() == Some(FAILED_CREATE) && e.type_.as_deref() == Some("Warning");
-            (on_group && wanted).then(|| e.note.unwrap_or_default())
-        })
-    })
-    .await?;
+    let note = warning(cluster, "refused", FAILED_CREATE).await?;
     ensure!(note.contains("hostPath volumes"), "Event note: {note}");
     let metrics = operator.metrics_text().await?;
     let refusals = hcomm_e2e::bench::metric(
@@ -207,5 +289,5 @@ async fn refused_members_show_on_the_group_until_admitted(
         })
         .await
         .with_context(|| operator.log_tail())?;
-    Ok(())
+    Ok(operator)
 }
