@@ -41,6 +41,13 @@ pub struct Args {
     /// writing its conditions (verified, weights synced, joined, ready), in milliseconds.
     #[arg(long, default_value_t = 200)]
     pub agent_delay_ms: u64,
+    /// The groups' `scaling.maxJoining` (members joining at once); unset, the CRD's default.
+    #[arg(long)]
+    pub max_joining: Option<u32>,
+    /// Writes the played agents and device plugin have in flight at once, all nodes
+    /// together (one client plays them all; real agents each write their own).
+    #[arg(long, default_value_t = 32)]
+    pub agent_writes_in_flight: usize,
     /// How often each played agent republishes its HcommNode status (as the real agent's
     /// inventory loop does); 0 never.
     #[arg(long, default_value_t = 10)]
@@ -76,8 +83,14 @@ impl Args {
 
     /// Why these values cannot be run, if they cannot.
     pub fn check(&self) -> Result<(), String> {
-        if self.sizes.is_empty() || self.groups == 0 || self.nodes == 0 {
-            return Err("--sizes, --groups and --nodes must be positive".into());
+        if self.sizes.is_empty()
+            || self.groups == 0
+            || self.nodes == 0
+            || self.agent_writes_in_flight == 0
+        {
+            return Err(
+                "--sizes, --groups, --nodes and --agent-writes-in-flight must be positive".into(),
+            );
         }
         if !matches!(self.devices_per_member, 1 | 2 | 4 | 8) {
             return Err(
@@ -133,6 +146,16 @@ mod tests {
             (&[100, 300, 1000][..], 50, 200)
         );
         assert_eq!(a.per_group(1000), 20);
+        assert_eq!((a.max_joining, a.agent_writes_in_flight), (None, 32));
+        assert!(parse(&["--agent-writes-in-flight", "0"]).is_err());
+    }
+
+    #[test]
+    fn max_joining_goes_into_the_groups_manifests_only_when_set() {
+        let scaling =
+            |m: Option<u32>| crate::phases::manifest("g", 2, 1, m)["spec"]["scaling"].clone();
+        assert!(scaling(None).get("maxJoining").is_none());
+        assert_eq!(scaling(Some(10))["maxJoining"], 10);
     }
 
     #[test]

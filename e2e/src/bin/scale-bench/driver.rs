@@ -35,9 +35,6 @@ use tokio::task::JoinHandle;
 use crate::args::NPUS_PER_NODE;
 use crate::setup::{NS, node_name, node_status};
 
-/// Writes in flight at once (the played agents of every node together).
-const IN_FLIGHT: usize = 32;
-
 /// Requests the bench itself made, by (verb, resource, subresource) as the apiserver's
 /// `apiserver_request_total` labels them.
 pub type OwnRequests = Arc<Mutex<BTreeMap<(String, String, String), u64>>>;
@@ -70,6 +67,7 @@ impl Driver {
         client: kube::Client,
         nodes: u32,
         agent_delay: Duration,
+        writes_in_flight: usize,
         node_publish: Duration,
         own: OwnRequests,
     ) -> Driver {
@@ -79,7 +77,7 @@ impl Driver {
             pods: pods.clone(),
             delay: agent_delay,
             own: own.clone(),
-            limit: Arc::new(Semaphore::new(IN_FLIGHT)),
+            limit: Arc::new(Semaphore::new(writes_in_flight)),
             held: HashMap::new(),
             allocated: HashMap::new(),
             made_ready: HashSet::new(),

@@ -11,6 +11,10 @@
 //! apiserver requests per reconcile by verb, its CPU time; over the quiet window, the
 //! list calls every client made; and the operator's RSS at the end.
 //!
+//! `--max-joining` sets the groups' `scaling.maxJoining` (how many joiners a group creates
+//! at once); `--agent-writes-in-flight` bounds the played agents' writes (all nodes share
+//! one client here).
+//!
 //! Modules, one job each: [`args`] the command line, [`setup`] the cluster and operator,
 //! [`driver`] the played agents, [`phases`] one timed scale step, [`measure`] samples and
 //! deltas, [`report`] the table and the last line.
@@ -75,9 +79,10 @@ async fn bench(args: Args, argv: Vec<String>) -> Result<()> {
     println!();
     println!("command: scale-bench {}", argv.join(" "));
     println!(
-        "machine: {} CPUs, load average {load_before} before, {load_after} after; agent delay {} ms, HcommNodes republished every {} s",
+        "machine: {} CPUs, load average {load_before} before, {load_after} after; agent delay {} ms, {} agent writes in flight, HcommNodes republished every {} s",
         std::thread::available_parallelism().map_or(0, usize::from),
         args.agent_delay_ms,
+        args.agent_writes_in_flight,
         args.node_publish_s
     );
     println!();
@@ -98,6 +103,7 @@ async fn run_sizes(bench: &mut Bench, args: &Args, clock: &Clock) -> Result<Vec<
         bench.client.clone(),
         args.nodes,
         args.agent_delay(),
+        args.agent_writes_in_flight,
         Duration::from_secs(args.node_publish_s),
         own.clone(),
     );
@@ -120,6 +126,7 @@ async fn run_sizes(bench: &mut Bench, args: &Args, clock: &Clock) -> Result<Vec<
         pod_cache: &driver.pods,
         own: own.clone(),
         timeout: args.phase_timeout(),
+        max_joining: args.max_joining,
     };
     let names: Vec<String> = (0..args.groups).map(group_name).collect();
     let dpm = args.devices_per_member;
@@ -149,8 +156,8 @@ async fn run_sizes(bench: &mut Bench, args: &Args, clock: &Clock) -> Result<Vec<
             clock.say(format!("  one group back to {half}: {:.2} s", back.ready_s));
             let t = scaler.scale(&names, m, dpm).await?;
             clock.say(format!(
-                "  storm, {} groups {half} → {m} at once: Pods created {:.2} s, Ready {:.2} s",
-                args.groups, t.created_s, t.ready_s
+                "  storm, {} groups {half} → {m} at once (all {} requests answered after {:.2} s): Pods created {:.2} s, Ready {:.2} s",
+                args.groups, args.groups, t.requested_s, t.created_s, t.ready_s
             ));
             storm = Some(t);
         }

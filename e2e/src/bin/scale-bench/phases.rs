@@ -26,14 +26,23 @@ pub fn group_name(i: u32) -> String {
 
 /// The manifest of a bench group: TCP backend, `dpm` NPUs a member, drains that end as
 /// soon as the played agent says drained.
-pub fn manifest(name: &str, replicas: u32, dpm: u32) -> serde_json::Value {
+pub fn manifest(
+    name: &str,
+    replicas: u32,
+    dpm: u32,
+    max_joining: Option<u32>,
+) -> serde_json::Value {
+    let mut scaling = serde_json::json!({"drainTimeoutSeconds": 60});
+    if let Some(max) = max_joining {
+        scaling["maxJoining"] = max.into();
+    }
     serde_json::json!({
         "apiVersion": hcomm_crds::API_GROUP_VERSION, "kind": "HcommGroup",
         "metadata": {"name": name, "namespace": NS},
         "spec": {
             "replicas": replicas, "role": "decode", "devicesPerMember": dpm,
             "comm": {"backend": "tcp", "socketIfname": "=data0"},
-            "scaling": {"drainTimeoutSeconds": 60},
+            "scaling": scaling,
             "template": {"spec": {"containers": [{"name": "worker", "image": "hcomm/reference-worker:0.1.0"}]}}
         }
     })
@@ -42,6 +51,8 @@ pub fn manifest(name: &str, replicas: u32, dpm: u32) -> serde_json::Value {
 /// Timings of one scale step.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Timing {
+    /// From the first request to the last one's answer.
+    pub requested_s: f64,
     /// From the patch to every group holding `replicas` live member Pods.
     pub created_s: f64,
     /// From the patch to every group Ready with `replicas` ready members.
@@ -55,34 +66,26 @@ pub struct Scaler<'a> {
     pub pod_cache: &'a Store<Pod>,
     pub own: OwnRequests,
     pub timeout: Duration,
+    /// The new groups' `scaling.maxJoining`, when set.
+    pub max_joining: Option<u32>,
 }
 
 impl Scaler<'_> {
     /// Creates the groups that do not exist yet at `replicas`, and sets the others'
-    /// `replicas`, all at once; then waits as [`Timing`] says.
+    /// `replicas`, all at once (the requests in flight together, as autoscalers acting on
+    /// many groups send them: one after the other, the last group of a storm started
+    /// seconds after the first, on an API server the first ones already kept busy); then
+    /// waits as [`Timing`] says.
     pub async fn scale(&self, names: &[String], replicas: u32, dpm: u32) -> Result<Timing> {
         let started = Instant::now();
-        let mut generations = Vec::new();
-        for name in names {
-            let exists = self
-                .group_cache
-                .state()
-                .iter()
-                .any(|g| g.metadata.name.as_deref() == Some(name.as_str()));
-            let group = if exists {
-                count(&self.own, "PATCH", "hcommgroups", "");
-                let patch = serde_json::json!({"spec": {"replicas": replicas}});
-                self.groups
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?
-            } else {
-                count(&self.own, "CREATE", "hcommgroups", "");
-                let group: HcommGroup = serde_json::from_value(manifest(name, replicas, dpm))?;
-                self.groups.create(&PostParams::default(), &group).await?
-            };
-            generations.push(group.metadata.generation.unwrap_or(0));
-        }
-        let mut timing = Timing::default();
+        let requests = names
+            .iter()
+            .map(|name| self.set_replicas(name, replicas, dpm));
+        let generations = futures::future::try_join_all(requests).await?;
+        let mut timing = Timing {
+            requested_s: started.elapsed().as_secs_f64(),
+            ..Timing::default()
+        };
         let mut created = false;
         loop {
             if !created && self.all_created(names, replicas) {
@@ -103,6 +106,28 @@ impl Scaler<'_> {
             }
             tokio::time::sleep(POLL).await;
         }
+    }
+
+    /// Creates group `name` at `replicas`, or sets its `replicas`; its new generation.
+    async fn set_replicas(&self, name: &str, replicas: u32, dpm: u32) -> Result<i64> {
+        let exists = self
+            .group_cache
+            .state()
+            .iter()
+            .any(|g| g.metadata.name.as_deref() == Some(name));
+        let group = if exists {
+            count(&self.own, "PATCH", "hcommgroups", "");
+            let patch = serde_json::json!({"spec": {"replicas": replicas}});
+            self.groups
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?
+        } else {
+            count(&self.own, "CREATE", "hcommgroups", "");
+            let group: HcommGroup =
+                serde_json::from_value(manifest(name, replicas, dpm, self.max_joining))?;
+            self.groups.create(&PostParams::default(), &group).await?
+        };
+        Ok(group.metadata.generation.unwrap_or(0))
     }
 
     fn live_pods(&self, group: &str) -> usize {
