@@ -76,12 +76,8 @@ fn report_refused(ctx: &Context, group: &HcommGroup, message: String) {
     );
     let next = status::refused(&previous, group, message.clone(), Timestamp::now());
     if next != previous {
-        let target = status_writer::Target {
-            namespace: group.namespace().unwrap_or_default(),
-            name: group.name_any(),
-            uid,
-        };
-        ctx.status_writer.hand_over(target, next);
+        ctx.status_writer
+            .hand_over(status_writer::Target::of(group), next);
     }
     let note = events::Note {
         warning: true,
@@ -434,11 +430,7 @@ async fn update_status(
     }
     let notes = events::for_round(previous, &next, outcome);
     if *previous != next {
-        let target = status_writer::Target {
-            namespace,
-            name: group.name_any(),
-            uid: uid.to_owned(),
-        };
+        let target = status_writer::Target::of(group);
         if group.meta().deletion_timestamp.is_some() {
             // The finalizer may come off next: the status must be stored first.
             ctx.status_writer.write(target, next).await?;

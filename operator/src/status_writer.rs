@@ -47,6 +47,18 @@ pub struct Target {
     pub uid: String,
 }
 
+impl Target {
+    /// The group `group` is.
+    pub fn of(group: &HcommGroup) -> Self {
+        use kube::ResourceExt;
+        Self {
+            namespace: group.namespace().unwrap_or_default(),
+            name: group.name_any(),
+            uid: group.uid().unwrap_or_default(),
+        }
+    }
+}
+
 /// Writes one status; answers the resource version the API server gave the object.
 pub type WriteFn = Arc<
     dyn Fn(Target, HcommGroupStatus) -> BoxFuture<'static, Result<Option<String>>> + Send + Sync,
