@@ -7,9 +7,11 @@
 //! every group is brought to half size (setup), then one group alone is scaled to full
 //! size and back (the single-group time), then every group is scaled to full size at once
 //! (the storm), then nothing happens for `--steady-s` seconds (the quiet window). Over
-//! the single and storm phases it records the operator's reconciles, their p50/p99, its
-//! apiserver requests per reconcile by verb, its CPU time; over the quiet window, the
-//! list calls every client made; and the operator's RSS at the end.
+//! the single and storm phases it records the operator's reconciles, their p50/p99 (and
+//! the p99 of each phase alone), its apiserver requests per reconcile by verb, its CPU
+//! time and that of the control plane's components and the bench (which process the
+//! machine was busy with); over the quiet window, the list calls every client made; and
+//! the operator's RSS at the end.
 //!
 //! `--max-joining` sets the groups' `scaling.maxJoining` (how many joiners a group creates
 //! at once); `--agent-writes-in-flight` bounds the played agents' writes (all nodes share
@@ -27,7 +29,7 @@ mod report;
 mod setup;
 
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use futures::StreamExt;
@@ -38,7 +40,6 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use args::Args;
 use driver::{Driver, OwnRequests};
 use hcomm_e2e::bench::Clock;
-use measure::Sample;
 use phases::{Scaler, group_name};
 use report::Row;
 use setup::{Bench, NS};
@@ -143,26 +144,41 @@ async fn run_sizes(bench: &mut Bench, args: &Args, clock: &Clock) -> Result<Vec<
         tokio::time::sleep(Duration::from_secs(2)).await;
         bench.check_operator()?;
         let own_before = own.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let before =
-            Sample::take(&bench.client, &bench.operator_metrics, bench.operator_pid()).await?;
+        let busy_start = Instant::now();
+        let before = bench.sample().await?;
         let single = scaler.scale(&names[..1], m, dpm).await?;
+        let single_p99_ms = before
+            .delta(&bench.sample().await?)
+            .reconcile_quantile_ms(0.99);
         clock.say(format!(
-            "  one group {half} → {m}: Pods created {:.2} s, Ready {:.2} s",
-            single.created_s, single.ready_s
+            "  one group {half} → {m}: Pods created {:.2} s, Ready {:.2} s; reconcile p99 {}",
+            single.created_s,
+            single.ready_s,
+            report::ms(single_p99_ms)
         ));
         let mut storm = None;
+        let mut storm_p99_ms = None;
         if args.groups > 1 {
             let back = scaler.scale(&names[..1], half, dpm).await?;
             clock.say(format!("  one group back to {half}: {:.2} s", back.ready_s));
+            let storm_start = bench.sample().await?;
             let t = scaler.scale(&names, m, dpm).await?;
+            storm_p99_ms = storm_start
+                .delta(&bench.sample().await?)
+                .reconcile_quantile_ms(0.99);
             clock.say(format!(
-                "  storm, {} groups {half} → {m} at once (all {} requests answered after {:.2} s): Pods created {:.2} s, Ready {:.2} s",
-                args.groups, args.groups, t.requested_s, t.created_s, t.ready_s
+                "  storm, {} groups {half} → {m} at once (all {} requests answered after {:.2} s): Pods created {:.2} s, Ready {:.2} s; reconcile p99 {}",
+                args.groups,
+                args.groups,
+                t.requested_s,
+                t.created_s,
+                t.ready_s,
+                report::ms(storm_p99_ms)
             ));
             storm = Some(t);
         }
-        let after =
-            Sample::take(&bench.client, &bench.operator_metrics, bench.operator_pid()).await?;
+        let after = bench.sample().await?;
+        let busy_wall_s = busy_start.elapsed().as_secs_f64();
         let own_after = own.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let own_busy = own_after
             .iter()
@@ -171,12 +187,11 @@ async fn run_sizes(bench: &mut Bench, args: &Args, clock: &Clock) -> Result<Vec<
         let busy = before.delta(&after);
         eprint!("{}", report::requests_detail(&busy, &own_busy));
         eprint!("{}", report::call_latency_detail(&busy));
+        eprint!("{}", report::cpu_detail(&busy, busy_wall_s));
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let quiet_start =
-            Sample::take(&bench.client, &bench.operator_metrics, bench.operator_pid()).await?;
+        let quiet_start = bench.sample().await?;
         tokio::time::sleep(Duration::from_secs(args.steady_s)).await;
-        let quiet_end =
-            Sample::take(&bench.client, &bench.operator_metrics, bench.operator_pid()).await?;
+        let quiet_end = bench.sample().await?;
         bench.check_operator()?;
         let steady = quiet_start.delta(&quiet_end);
         let row = Row {
@@ -188,6 +203,8 @@ async fn run_sizes(bench: &mut Bench, args: &Args, clock: &Clock) -> Result<Vec<
             single_ready_s: single.ready_s,
             storm_created_s: storm.map(|t| t.created_s),
             storm_ready_s: storm.map(|t| t.ready_s),
+            single_p99_ms,
+            storm_p99_ms,
             busy,
             own_busy,
             steady_s: args.steady_s as f64,

@@ -2,7 +2,8 @@
 //! counters (`apiserver_request_total`, by verb, resource and subresource — counted by the
 //! server, so they cannot be flattered by a client), the operator's reconcile counter and
 //! duration histogram and its API calls' latency by verb and resource (its `/metrics`),
-//! and the operator's memory and CPU time (`/proc`).
+//! the operator's memory and CPU time, and the CPU time of every other process on the
+//! path (the control plane's components, the bench itself; `/proc`).
 //! Parsing is pure and unit-tested; the fetches are thin.
 
 use std::collections::BTreeMap;
@@ -36,12 +37,21 @@ pub struct Sample {
     pub cpu_s: f64,
     /// The operator's resident memory now, MiB.
     pub rss_mib: f64,
+    /// CPU seconds so far of each watched process, by name: where a phase's CPU went
+    /// when the machine is the limit.
+    pub cpu_by_process: BTreeMap<String, f64>,
 }
 
 impl Sample {
     /// Takes a sample: the apiserver's `/metrics` through `client`, the operator's through
-    /// `operator_metrics` (a plain `http://host:port/path` URL), `/proc/<pid>`.
-    pub async fn take(client: &kube::Client, operator_metrics: &str, pid: u32) -> Result<Sample> {
+    /// `operator_metrics` (a plain `http://host:port/path` URL), `/proc/<pid>` of the
+    /// operator and of each `(name, pid)` in `watched` (one gone is left out).
+    pub async fn take(
+        client: &kube::Client,
+        operator_metrics: &str,
+        pid: u32,
+        watched: &[(String, u32)],
+    ) -> Result<Sample> {
         let request = http::Request::get("/metrics").body(Vec::new())?;
         let apiserver = client
             .request_text(request)
@@ -58,6 +68,13 @@ impl Sample {
             calls: call_latency(&operator),
             cpu_s,
             rss_mib,
+            cpu_by_process: watched
+                .iter()
+                .filter_map(|(name, pid)| {
+                    let (cpu, _) = hcomm_e2e::bench::process(*pid).ok()?;
+                    Some((name.clone(), cpu))
+                })
+                .collect(),
         })
     }
 
@@ -86,6 +103,13 @@ impl Sample {
             calls,
             cpu_s: later.cpu_s - self.cpu_s,
             rss_mib: later.rss_mib,
+            cpu_by_process: later
+                .cpu_by_process
+                .iter()
+                .filter_map(|(name, after)| {
+                    Some((name.clone(), after - self.cpu_by_process.get(name)?))
+                })
+                .collect(),
         }
     }
 }
@@ -102,6 +126,8 @@ pub struct Delta {
     pub cpu_s: f64,
     /// At the end of the phase.
     pub rss_mib: f64,
+    /// CPU seconds of each watched process seen at both ends.
+    pub cpu_by_process: BTreeMap<String, f64>,
 }
 
 impl Delta {
@@ -293,6 +319,25 @@ mod tests {
         assert!((quantile(&b, 0.7).unwrap() - 0.055).abs() < 1e-9);
         assert!((quantile(&b, 0.99).unwrap() - 0.91).abs() < 1e-9);
         assert_eq!(quantile(&[(0.1, 0.0), (f64::INFINITY, 0.0)], 0.5), None);
+    }
+
+    #[test]
+    fn cpu_by_process_counts_only_processes_seen_at_both_ends() {
+        let before = Sample {
+            cpu_by_process: BTreeMap::from([("etcd".to_owned(), 1.5), ("kwok".to_owned(), 4.0)]),
+            ..Sample::default()
+        };
+        let later = Sample {
+            cpu_by_process: BTreeMap::from([
+                ("etcd".to_owned(), 4.0),
+                ("restarted".to_owned(), 9.0),
+            ]),
+            ..Sample::default()
+        };
+        assert_eq!(
+            before.delta(&later).cpu_by_process,
+            BTreeMap::from([("etcd".to_owned(), 2.5)])
+        );
     }
 
     #[test]

@@ -10,7 +10,8 @@ use crate::measure::{Delta, quantile};
 /// requests, taken out): its requests per reconcile are counted over these. Pods are
 /// written by the scheduler (`binding`) and kwok (`status`) too, so only the main
 /// resource counts; Events (the scheduler posts some), Leases (every component renews
-/// one) and Nodes' status (kwok) are left out. The groups' Secrets and
+/// one) and Nodes' status (kwok) are left out, and so is the groups' `scale` (the
+/// disruption controller reads it for every budget sync). The groups' Secrets and
 /// PodDisruptionBudgets are the operator's alone too (the disruption controller writes
 /// only the budgets' `status`).
 const OPERATOR_RESOURCES: [&str; 7] = [
@@ -42,6 +43,10 @@ pub struct Row {
     /// Every group from half to `per_group` at once (None with one group).
     pub storm_created_s: Option<f64>,
     pub storm_ready_s: Option<f64>,
+    /// The reconcile p99 over the single phase alone, and over the storm alone: one group
+    /// scaling on a quiet API server against fifty on a saturated one.
+    pub single_p99_ms: Option<f64>,
+    pub storm_p99_ms: Option<f64>,
     /// Over the single and storm phases.
     pub busy: Delta,
     /// The bench's own requests over the same phases.
@@ -81,7 +86,7 @@ impl Row {
                     .filter(|((v, r, s), _)| {
                         v == verb
                             && OPERATOR_RESOURCES.contains(&r.as_str())
-                            && (s.is_empty() || r == "hcommgroups")
+                            && (s.is_empty() || (r == "hcommgroups" && s == "status"))
                     })
                     .map(|(k, n)| n - self.own_busy.get(k).copied().unwrap_or(0) as f64)
                     .sum();
@@ -105,8 +110,8 @@ impl Row {
 /// The Markdown table of `rows`.
 pub fn markdown(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| members | groups × size | setup (s) | one group: Pods created / Ready (s) | storm: Pods created / Ready (s) | storm ÷ one | reconciles (deferred) | p50 / p99 (ms) | requests per reconcile | list calls, quiet window | RSS (MiB) | CPU (s) |\n\
-         |---:|---|---:|---|---|---:|---:|---|---|---|---:|---:|\n",
+        "| members | groups × size | setup (s) | one group: Pods created / Ready (s) | storm: Pods created / Ready (s) | storm ÷ one | reconciles (deferred) | p50 / p99 (ms) | p99 one group / storm (ms) | requests per reconcile | list calls, quiet window | RSS (MiB) | CPU (s) |\n\
+         |---:|---|---:|---|---|---:|---:|---|---|---|---|---:|---:|\n",
     );
     for r in rows {
         let storm = match (r.storm_created_s, r.storm_ready_s) {
@@ -121,7 +126,7 @@ pub fn markdown(rows: &[Row]) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "| {} | {} × {} | {:.1} | {:.1} / {:.1} | {storm} | {ratio} | {:.0} ({:.0}) | {:.1} / {:.1} | {} | {:.0} in {:.0} s ({:.0} reconciles) | {:.0} | {:.1} |",
+            "| {} | {} × {} | {:.1} | {:.1} / {:.1} | {storm} | {ratio} | {:.0} ({:.0}) | {:.1} / {:.1} | {} / {} | {} | {:.0} in {:.0} s ({:.0} reconciles) | {:.0} | {:.1} |",
             r.members,
             r.groups,
             r.per_group,
@@ -132,6 +137,8 @@ pub fn markdown(rows: &[Row]) -> String {
             r.busy.deferred,
             r.p50_ms(),
             r.p99_ms(),
+            number(r.single_p99_ms),
+            number(r.storm_p99_ms),
             per.join(", "),
             r.list_calls_steady(),
             r.steady_s,
@@ -182,6 +189,38 @@ pub fn call_latency_detail(delta: &Delta) -> String {
     out
 }
 
+/// `12.3 ms`, or `—` without reconciles.
+pub fn ms(value: Option<f64>) -> String {
+    value.map_or("—".into(), |v| format!("{v:.1} ms"))
+}
+
+/// `12.3`, or `—`.
+fn number(value: Option<f64>) -> String {
+    value.map_or("—".into(), |v| format!("{v:.1}"))
+}
+
+/// The CPU seconds of each watched process over a phase of `wall_s` seconds, busiest
+/// first, each with its share of the machine's CPUs, for the log: on a small machine the
+/// control plane, not the operator, may be what a phase waits for.
+pub fn cpu_detail(delta: &Delta, wall_s: f64) -> String {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+    let mut by_cpu: Vec<(&String, &f64)> = delta.cpu_by_process.iter().collect();
+    by_cpu.sort_by(|a, b| b.1.total_cmp(a.1));
+    let total: f64 = by_cpu.iter().map(|(_, s)| **s).sum();
+    let mut out = format!(
+        "  CPU over {wall_s:.1} s on {cpus:.0} CPUs: {total:.1} s watched ({:.0} % of the machine)\n",
+        100.0 * total / (wall_s * cpus).max(1e-9)
+    );
+    for (name, seconds) in by_cpu {
+        let _ = writeln!(
+            out,
+            "  cpu {name:<24} {seconds:>8.1} s  {:>5.1} % of the machine",
+            100.0 * seconds / (wall_s * cpus).max(1e-9)
+        );
+    }
+    out
+}
+
 /// The last line, for scripts: the largest size's numbers.
 pub fn last_line(row: &Row) -> String {
     format!(
@@ -219,19 +258,38 @@ mod tests {
             (key("PATCH", "pods", "status"), 99.0),
             (key("CREATE", "pods", "binding"), 99.0),
             (key("PATCH", "hcommgroups", "status"), 10.0),
+            (key("GET", "hcommgroups", "scale"), 99.0),
             (key("CREATE", "events", ""), 99.0),
         ]);
         row.own_busy = BTreeMap::from([(key("PATCH", "pods", ""), 20)]);
         assert_eq!(
             row.per_reconcile(),
             vec![("LIST", 3.0), ("PATCH", 1.5)],
-            "pods/status, bindings and events are other clients'"
+            "pods/status, bindings, events and the groups' scale are other clients'"
         );
         assert_eq!(row.storm_ratio(), Some(1.5));
         assert_eq!(
             last_line(&row),
             "members=1000 groups=50 settle_s=3.00 reconcile_p99_ms=0.0 rss_mib=0 list_calls_steady=0"
         );
-        assert!(markdown(&[row]).contains("| 1000 | 50 × 0 | 0.0 |"));
+        let table = markdown(&[row]);
+        assert!(table.contains("| 1000 | 50 × 0 | 0.0 |"));
+        assert!(table.contains("| 0.0 / 0.0 | — / — |"), "{table}");
+    }
+
+    #[test]
+    fn cpu_is_listed_busiest_first_with_its_share() {
+        let delta = Delta {
+            cpu_by_process: BTreeMap::from([
+                ("etcd".to_owned(), 2.0),
+                ("kube-apiserver".to_owned(), 8.0),
+            ]),
+            ..Delta::default()
+        };
+        let text = cpu_detail(&delta, 10.0);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("10.0 s watched"), "{text}");
+        assert!(lines[1].contains("kube-apiserver"), "{text}");
+        assert!(lines[2].contains("etcd"), "{text}");
     }
 }

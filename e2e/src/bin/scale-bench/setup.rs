@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
 use crate::args::NPUS_PER_NODE;
+use crate::measure::Sample;
 
 /// The namespace of the bench's groups.
 pub const NS: &str = "scale-bench";
@@ -77,6 +78,26 @@ impl Bench {
     /// The operator's process id.
     pub fn operator_pid(&self) -> u32 {
         self.operator.id()
+    }
+
+    /// A sample of the apiserver's and the operator's metrics and of the CPU time of every
+    /// process on the path: the control plane's components, the operator, the bench.
+    pub async fn sample(&self) -> Result<Sample> {
+        let mut watched: Vec<(String, u32)> = self
+            .cp
+            .components()
+            .iter()
+            .map(|c| (c.name.clone(), c.pid))
+            .collect();
+        watched.push(("hcomm-operator".into(), self.operator_pid()));
+        watched.push(("scale-bench".into(), std::process::id()));
+        Sample::take(
+            &self.client,
+            &self.operator_metrics,
+            self.operator_pid(),
+            &watched,
+        )
+        .await
     }
 
     /// Fails when the operator exited.
