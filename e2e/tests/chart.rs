@@ -445,6 +445,10 @@ fn bad_values_fail_at_install_time() -> Result<()> {
         ("agent.socketIfname=eth 0", "/agent/socketIfname"),
         ("agent.dataPort=70000", "/agent/dataPort"),
         ("operator.bogus=1", "bogus"),
+        (
+            "apiPriority.priorityLevel=Workload High",
+            "/apiPriority/priorityLevel",
+        ),
     ] {
         let kube_version = assets::kubernetes_version()?;
         let out = output(helm_cmd(&[
@@ -487,6 +491,71 @@ fn the_operator_may_write_volcano_pod_groups_and_nothing_more_of_them() -> Resul
         binding["subjects"][0]["name"]
             .as_str()
             .is_some_and(|n| n.ends_with("-operator"))
+    );
+    Ok(())
+}
+
+#[test]
+fn flow_schemas_name_the_charts_service_accounts_and_can_be_left_out() -> Result<()> {
+    // (FlowSchema, its ServiceAccount, its priority level) of a render, in order.
+    fn schemas(extra: &[&str]) -> Result<Vec<(String, String, String)>> {
+        let docs = render(extra)?;
+        let field = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        let mut out = Vec::new();
+        for d in docs.iter().filter(|d| d["kind"] == "FlowSchema") {
+            let subject = &d["spec"]["rules"][0]["subjects"][0]["serviceAccount"];
+            find(
+                &docs,
+                "ServiceAccount",
+                subject["name"].as_str().unwrap_or("?"),
+            )?;
+            assert_eq!(subject["namespace"].as_str(), Some(NAMESPACE));
+            out.push((
+                field(&d["metadata"]["name"]),
+                field(&subject["name"]),
+                field(&d["spec"]["priorityLevelConfiguration"]["name"]),
+            ));
+        }
+        Ok(out)
+    }
+    let levels = |schemas: Vec<(String, String, String)>| -> Vec<String> {
+        schemas.into_iter().map(|(_, _, level)| level).collect()
+    };
+    let named = schemas(&[])?;
+    let named: Vec<(&str, &str, &str)> = named
+        .iter()
+        .map(|(a, b, c)| (a.as_str(), b.as_str(), c.as_str()))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            (
+                "hcomm-operator-leader-election",
+                "hcomm-operator",
+                "leader-election"
+            ),
+            ("hcomm-operator", "hcomm-operator", "workload-high"),
+            ("hcomm-agent", "hcomm-agent", "workload-high"),
+        ]
+    );
+    let chosen = schemas(&[
+        "--set",
+        "apiPriority.priorityLevel=hcomm-serving",
+        "--set",
+        "apiPriority.leaderElectionPriorityLevel=hcomm-leases",
+    ])?;
+    assert_eq!(
+        levels(chosen),
+        ["hcomm-leases", "hcomm-serving", "hcomm-serving"]
+    );
+    assert!(schemas(&["--set", "apiPriority.enabled=false"])?.is_empty());
+    // Without the key at all, as `helm upgrade --reuse-values` renders a release installed
+    // before `apiPriority` existed (Helm then uses the old release's values): the
+    // defaults, not a template error that fails the upgrade.
+    let unset = schemas(&["--set", "apiPriority=null"])?;
+    assert_eq!(
+        levels(unset),
+        ["leader-election", "workload-high", "workload-high"]
     );
     Ok(())
 }
@@ -826,6 +895,7 @@ async fn helm_installs_into_a_real_control_plane_with_minimal_rbac() -> Result<(
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 
+    the_api_server_serves_the_operator_and_agents_at_their_own_priority(&cp).await?;
     helm_upgrade_keeps_the_groups_and_rolls_node_by_node(&cp)?;
 
     let mut uninstall = helm_cmd(&[
@@ -839,6 +909,81 @@ async fn helm_installs_into_a_real_control_plane_with_minimal_rbac() -> Result<(
     uninstall.env("KUBECONFIG", cp.kubeconfig_path());
     ok(uninstall)?;
     cp.stop()?;
+    Ok(())
+}
+
+/// The chart's FlowSchemas, on the real API server: each names a priority level the
+/// server has (not `Dangling`), and requests made as the operator's and the agents'
+/// ServiceAccounts are dispatched at those levels, as the server's own
+/// `apiserver_flowcontrol_dispatched_requests_total` counts them (impersonation runs before
+/// API Priority and Fairness classifies a request, so `--as` is classified as that account).
+async fn the_api_server_serves_the_operator_and_agents_at_their_own_priority(
+    cp: &ControlPlane,
+) -> Result<()> {
+    let schemas = [
+        ("hcomm-operator", "workload-high"),
+        ("hcomm-operator-leader-election", "leader-election"),
+        ("hcomm-agent", "workload-high"),
+    ];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    for (schema, _) in schemas {
+        loop {
+            let mut get = cp.kubectl();
+            get.args(["get", "flowschema", schema, "-o", "json"]);
+            let doc: serde_json::Value = serde_json::from_str(&ok(get)?)?;
+            let dangling = doc["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "Dangling"))
+                .map(|c| c["status"].clone());
+            if dangling == Some(serde_json::json!("False")) {
+                break;
+            }
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "FlowSchema {schema} not classified as not Dangling within 60 s: {doc}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    }
+    let operator = format!("--as=system:serviceaccount:{NAMESPACE}:hcomm-operator");
+    let agent = format!("--as=system:serviceaccount:{NAMESPACE}:hcomm-agent");
+    // Classified before they are authorized or found: the Lease need not exist (no
+    // operator runs here) for its GET to be dispatched; the counters below are the proof.
+    for args in [
+        vec![operator.as_str(), "get", "pods", "-n", "default"],
+        vec![
+            operator.as_str(),
+            "get",
+            "lease",
+            "hcomm-operator",
+            "-n",
+            NAMESPACE,
+        ],
+        vec![agent.as_str(), "get", "hcommnodes"],
+    ] {
+        let mut get = cp.kubectl();
+        get.args(args);
+        output(get)?;
+    }
+    let mut metrics = cp.kubectl();
+    metrics.args(["get", "--raw", "/metrics"]);
+    let metrics = ok(metrics)?;
+    for (schema, level) in schemas {
+        let labels = [
+            format!("flow_schema=\"{schema}\""),
+            format!("priority_level=\"{level}\""),
+        ];
+        let dispatched: f64 = metrics
+            .lines()
+            .filter(|l| l.starts_with("apiserver_flowcontrol_dispatched_requests_total{"))
+            .filter(|l| labels.iter().all(|label| l.contains(label.as_str())))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum();
+        ensure!(
+            dispatched >= 1.0,
+            "no request dispatched by FlowSchema {schema} at priority level {level}"
+        );
+    }
     Ok(())
 }
 
@@ -877,7 +1022,7 @@ fn helm_upgrade_keeps_the_groups_and_rolls_node_by_node(cp: &ControlPlane) -> Re
         CHART,
         "--namespace",
         NAMESPACE,
-        "--reuse-values",
+        "--reset-then-reuse-values",
         "--set",
         "image.tag=next",
         "--timeout",
