@@ -47,6 +47,8 @@ pub struct Metrics {
     pub events_dropped: IntCounter,
     /// Event writes the API server refused or that failed.
     pub event_write_failures: IntCounter,
+    /// Pod condition writes that failed (each is tried again until it lands).
+    pub condition_write_failures: IntCounter,
     pub busbw: GaugeVec,
     pub drains: IntCounterVec,
     pub open_fds: IntGauge,
@@ -197,6 +199,11 @@ impl Metrics {
                 "Kubernetes Event writes the API server refused or that failed",
             ))
             .expect("metric"),
+            condition_write_failures: IntCounter::with_opts(opts(
+                "condition_write_failures_total",
+                "Member Pod condition writes that failed; each is tried again until it lands",
+            ))
+            .expect("metric"),
             busbw: GaugeVec::new(
                 opts(
                     "collective_busbw_bytes_per_second",
@@ -262,6 +269,8 @@ impl Metrics {
         r.register(Box::new(m.events_dropped.clone()))
             .expect("register");
         r.register(Box::new(m.event_write_failures.clone()))
+            .expect("register");
+        r.register(Box::new(m.condition_write_failures.clone()))
             .expect("register");
         r.register(Box::new(m.busbw.clone())).expect("register");
         r.register(Box::new(m.drains.clone())).expect("register");

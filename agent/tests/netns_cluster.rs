@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
+use support::admission::{accept_agent_status_writes, refuse_agent_status_writes};
 use support::*;
 
 /// A small deterministic weights directory (a few MiB, several chunks).
@@ -332,7 +333,31 @@ async fn scenario(hosts: &SimHosts) -> Result<()> {
     assert!(!agents.weights_dir(2).join("current").exists());
     let _ = std::fs::remove_dir_all(&src);
 
-    // 5. `diagnose` on host-0 finds the injected faults: socketIfname pointing at the
+    // 5. Pod condition writes the API server refuses land once it accepts them again: the
+    //    agent keeps trying (`member::condition_writer`). It used to try three times within
+    //    a second and go on, leaving a joined member out of traffic.
+    refuse_agent_status_writes(&cluster, "gref").await?;
+    create_group(
+        &client,
+        "gref",
+        &[(h[2].name().to_owned(), h[2].data_ip().to_string(), 0)],
+        None,
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let refused = condition(&pods, "gref-0", hcomm_crds::contract::POD_VERIFIED).await;
+    assert_eq!(refused, None, "the refusal held for 10 s");
+    accept_agent_status_writes(&client, "gref").await?;
+    wait_condition(
+        &pods,
+        "gref-0",
+        hcomm_crds::contract::POD_MEMBER_READY,
+        "True",
+        Duration::from_secs(45),
+    )
+    .await?;
+
+    // 6. `diagnose` on host-0 finds the injected faults: socketIfname pointing at the
     //    management NIC, a device mapping mismatch, and host-1's cut data link.
     hosts.cut_data(1)?;
     let h0 = &hosts.hosts()[0];

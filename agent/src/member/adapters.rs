@@ -21,6 +21,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use tokio::sync::watch;
 
+use super::condition_writer::{ConditionSink, ConditionWriter, Flushed, WriteFailure};
 use super::conditions;
 use super::domain::Domain;
 use super::group::{
@@ -48,23 +49,25 @@ pub struct KubeCluster {
     group: String,
     pod: String,
     uid: String,
-    /// The Pod's conditions as this process's last condition write left them (the write's
-    /// answer); `None` before the first write and after a failed one. Only this agent
-    /// writes its condition types, so the next write merges against these instead of
-    /// reading the Pod first: one request fewer on the joiner's path to Ready, where eight
-    /// joiners' writes land at once (issue 20).
-    written: Mutex<Option<Vec<PodCondition>>>,
+    /// Writes the Pod's conditions until they land (`condition_writer`).
+    conditions: ConditionWriter,
 }
 
 impl KubeCluster {
     pub fn new(ctx: Arc<Context>, spec: &MemberSpec) -> KubeCluster {
+        let sink = PodConditions {
+            api: Api::namespaced(ctx.client.clone(), &spec.namespace),
+            pod: spec.pod.clone(),
+            written: Mutex::new(None),
+            failures: ctx.metrics.condition_write_failures.clone(),
+        };
         KubeCluster {
+            conditions: ConditionWriter::spawn(Arc::new(sink)),
             ctx,
             namespace: spec.namespace.clone(),
             group: spec.group.clone(),
             pod: spec.pod.clone(),
             uid: spec.uid.clone(),
-            written: Mutex::new(None),
         }
     }
 
@@ -76,57 +79,6 @@ impl KubeCluster {
             namespace: Some(self.namespace.clone()),
             uid: Some(self.uid.clone()),
             ..Default::default()
-        }
-    }
-
-    fn last_written(&self) -> std::sync::MutexGuard<'_, Option<Vec<PodCondition>>> {
-        self.written.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    async fn write(&self, updates: Vec<CondUpdate>) {
-        let api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
-        for attempt in 0..3 {
-            let known = self.last_written().clone();
-            let existing = match known {
-                Some(conditions) => conditions,
-                None => match api.get_status(&self.pod).await {
-                    Ok(p) => conditions_of(&p),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "read pod status");
-                        return;
-                    }
-                },
-            };
-            let now = Time(Timestamp::now());
-            let Some(merged) = conditions::merge(&existing, &updates, &now) else {
-                return;
-            };
-            let body = conditions::patch_body(&merged);
-            let params = PatchParams {
-                field_manager: Some(crate::FIELD_MANAGER.into()),
-                ..Default::default()
-            };
-            let patched = api
-                .patch_status(&self.pod, &params, &Patch::Strategic(&body))
-                .await;
-            *self.last_written() = patched.as_ref().ok().map(conditions_of);
-            match patched {
-                Ok(_) => {
-                    for c in &updates {
-                        tracing::info!(
-                            condition = c.type_,
-                            status = c.status,
-                            reason = c.reason.as_str(),
-                            "pod condition"
-                        );
-                    }
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, attempt, "patch pod conditions");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
         }
     }
 
@@ -142,6 +94,81 @@ impl KubeCluster {
             &note,
         );
         self.ctx.events.publish(key, regarding);
+    }
+}
+
+/// One member Pod's conditions on the API server: the production [`ConditionSink`].
+struct PodConditions {
+    api: Api<Pod>,
+    pod: String,
+    /// The Pod's conditions as this process's last condition write left them (the write's
+    /// answer); `None` before the first write and after a failed one. Only this agent
+    /// writes its condition types, so the next write merges against these instead of
+    /// reading the Pod first: one request fewer on the joiner's path to Ready, where eight
+    /// joiners' writes land at once (issue 20).
+    written: Mutex<Option<Vec<PodCondition>>>,
+    /// `hcomm_agent_condition_write_failures_total`.
+    failures: prometheus::IntCounter,
+}
+
+impl PodConditions {
+    fn last_written(&self) -> std::sync::MutexGuard<'_, Option<Vec<PodCondition>>> {
+        self.written.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads the Pod's conditions unless the last write left them known, merges
+    /// `updates` in and patches the status when anything changed.
+    async fn try_put(&self, updates: &[CondUpdate]) -> std::result::Result<(), kube::Error> {
+        let known = self.last_written().clone();
+        let existing = match known {
+            Some(conditions) => conditions,
+            None => conditions_of(&self.api.get_status(&self.pod).await?),
+        };
+        let now = Time(Timestamp::now());
+        let Some(merged) = conditions::merge(&existing, updates, &now) else {
+            return Ok(());
+        };
+        let params = PatchParams {
+            field_manager: Some(crate::FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let body = conditions::patch_body(&merged);
+        let patched = self
+            .api
+            .patch_status(&self.pod, &params, &Patch::Strategic(&body))
+            .await?;
+        *self.last_written() = Some(conditions_of(&patched));
+        for c in updates {
+            tracing::info!(
+                condition = c.type_,
+                status = c.status,
+                reason = c.reason.as_str(),
+                "pod condition"
+            );
+        }
+        Ok(())
+    }
+}
+
+impl ConditionSink for PodConditions {
+    fn put<'a>(
+        &'a self,
+        updates: &'a [CondUpdate],
+    ) -> BoxFuture<'a, std::result::Result<(), WriteFailure>> {
+        async move {
+            let outcome = match tokio::time::timeout(API_DEADLINE, self.try_put(updates)).await {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(kube::Error::Api(status))) if status.code == 404 => {
+                    return Err(WriteFailure::Gone);
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer within {API_DEADLINE:?}"),
+            };
+            *self.last_written() = None;
+            self.failures.inc();
+            Err(WriteFailure::Failed(outcome))
+        }
+        .boxed()
     }
 }
 
@@ -206,11 +233,14 @@ impl Cluster for KubeCluster {
 
     fn write_conditions(&self, updates: Vec<CondUpdate>) -> BoxFuture<'_, ()> {
         async move {
-            if tokio::time::timeout(API_DEADLINE, self.write(updates))
-                .await
-                .is_err()
-            {
-                tracing::warn!(after = ?API_DEADLINE, "writing pod conditions timed out");
+            let ticket = self.conditions.submit(updates);
+            match tokio::time::timeout(API_DEADLINE, self.conditions.flushed(ticket)).await {
+                Ok(Flushed::Written) => {}
+                Ok(Flushed::Gone) => tracing::debug!("pod gone; its conditions not written"),
+                Err(_) => tracing::warn!(
+                    after = ?API_DEADLINE,
+                    "pod conditions not written yet; still trying in the background"
+                ),
             }
         }
         .boxed()

@@ -5,8 +5,9 @@
 //! [`runtime`]: the group backend's libraries load), weight sync (the [`weights::WeightsSyncer`] seam, implemented by
 //! [`weights_sync::EngineSyncer`]), joining the domain ([`domain`], from the rank table:
 //! [`ranktable`], [`group`]) and drain ([`stages`]), writing Pod conditions
-//! ([`conditions`]) and sync Warning Events ([`sync_warnings`]); a group watch wakes the
-//! members of a group that changed ([`nudge`]). The agent decides from the rank table and
+//! ([`conditions`], until they land: [`condition_writer`]) and sync Warning Events
+//! ([`sync_warnings`]); a group watch wakes the members of a group that changed
+//! ([`nudge`]). The agent decides from the rank table and
 //! its own observations, never from the group's status (see [`group`]).
 
 pub mod adapters;
@@ -14,6 +15,7 @@ pub mod allocation;
 pub mod allocation_check;
 #[cfg(test)]
 mod allocation_tests;
+pub mod condition_writer;
 pub mod conditions;
 pub mod domain;
 pub mod driver;

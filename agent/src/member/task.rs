@@ -98,7 +98,7 @@ pub async fn run_member(ctx: Arc<Context>, spec: watch::Receiver<Option<MemberSp
     let span = tracing::info_span!("member", group = %first.group, pod = %first.key(),
         rank = first.first_rank);
     let group_changed = ctx.nudges.subscribe(&first.namespace, &first.group);
-    let ports = Ports::live(&ctx, &first);
+    let ports = span.in_scope(|| Ports::live(&ctx, &first));
     drive(
         ctx.cfg.clone(),
         ctx.metrics.clone(),

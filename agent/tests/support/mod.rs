@@ -4,6 +4,8 @@
 //! them, and condition/Event waits (each bounded by a deadline).
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod admission;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
