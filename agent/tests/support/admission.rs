@@ -5,6 +5,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -17,9 +20,6 @@ use super::{Cluster, NS};
 /// ServiceAccount, so the test's own writes pass), and returns once it does: a status write
 /// as the agent to a probe Pod of that group (on no node, so no agent runs it) is refused.
 pub async fn refuse_agent_status_writes(cluster: &Cluster, group: &str) -> Result<()> {
-    use k8s_openapi::api::admissionregistration::v1::{
-        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-    };
     let name = format!("refuse-{group}-agent-status");
     let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
         "metadata": {"name": name},
@@ -60,7 +60,7 @@ pub async fn refuse_agent_status_writes(cluster: &Cluster, group: &str) -> Resul
     let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.agent_kubeconfig)?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
     let as_agent: Api<Pod> = Api::namespaced(kube::Client::try_from(config)?, NS);
-    let body = json!({"status": {"conditions": [{"type": "hcomm.io/probe", "status": "True"}]}});
+    let body = json!({"status": {"conditions": [{"type": "example.com/probe", "status": "True"}]}});
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match as_agent
@@ -86,9 +86,6 @@ pub async fn refuse_agent_status_writes(cluster: &Cluster, group: &str) -> Resul
 
 /// Undoes [`refuse_agent_status_writes`].
 pub async fn accept_agent_status_writes(client: &kube::Client, group: &str) -> Result<()> {
-    use k8s_openapi::api::admissionregistration::v1::{
-        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-    };
     let name = format!("refuse-{group}-agent-status");
     Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
         .delete(&name, &Default::default())
