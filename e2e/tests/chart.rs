@@ -945,8 +945,8 @@ async fn the_api_server_serves_the_operator_and_agents_at_their_own_priority(
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         }
     }
-    let operator = format!("--as=system:serviceaccount:{NAMESPACE}:hcomm-operator");
-    let agent = format!("--as=system:serviceaccount:{NAMESPACE}:hcomm-agent");
+    let operator = format!("--as={}", hcomm_e2e::chart::OPERATOR_USER);
+    let agent = format!("--as={}", hcomm_e2e::chart::AGENT_USER);
     // Classified before they are authorized or found: the Lease need not exist (no
     // operator runs here) for its GET to be dispatched; the counters below are the proof.
     for args in [

@@ -20,7 +20,7 @@ use super::{Cluster, NS};
 /// ServiceAccount, so the test's own writes pass), and returns once it does: a status write
 /// as the agent to a probe Pod of that group (on no node, so no agent runs it) is refused.
 pub async fn refuse_agent_status_writes(cluster: &Cluster, group: &str) -> Result<()> {
-    let name = format!("refuse-{group}-agent-status");
+    let name = policy_name(group);
     let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {
@@ -84,9 +84,14 @@ pub async fn refuse_agent_status_writes(cluster: &Cluster, group: &str) -> Resul
     Ok(())
 }
 
+/// The policy's and its binding's name.
+fn policy_name(group: &str) -> String {
+    format!("refuse-{group}-agent-status")
+}
+
 /// Undoes [`refuse_agent_status_writes`].
 pub async fn accept_agent_status_writes(client: &kube::Client, group: &str) -> Result<()> {
-    let name = format!("refuse-{group}-agent-status");
+    let name = policy_name(group);
     Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
         .delete(&name, &Default::default())
         .await?;

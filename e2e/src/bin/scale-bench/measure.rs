@@ -20,6 +20,9 @@ pub type Buckets = Vec<(f64, f64)>;
 /// The operator's API-call histograms by (verb, `resource[/subresource]`).
 pub type CallLatency = BTreeMap<(String, String), Buckets>;
 
+/// The operator's name among the processes of [`Sample::cpu_by_process`].
+pub const OPERATOR: &str = "hcomm-operator";
+
 /// One sample.
 #[derive(Debug, Clone, Default)]
 pub struct Sample {
@@ -45,7 +48,8 @@ pub struct Sample {
 impl Sample {
     /// Takes a sample: the apiserver's `/metrics` through `client`, the operator's through
     /// `operator_metrics` (a plain `http://host:port/path` URL), `/proc/<pid>` of the
-    /// operator and of each `(name, pid)` in `watched` (one gone is left out).
+    /// operator (also listed in `cpu_by_process` as [`OPERATOR`]) and of each `(name, pid)`
+    /// in `watched` (one gone is left out).
     pub async fn take(
         client: &kube::Client,
         operator_metrics: &str,
@@ -74,6 +78,7 @@ impl Sample {
                     let (cpu, _) = hcomm_e2e::bench::process(*pid).ok()?;
                     Some((name.clone(), cpu))
                 })
+                .chain([(OPERATOR.to_owned(), cpu_s)])
                 .collect(),
         })
     }

@@ -207,15 +207,16 @@ pub fn cpu_detail(delta: &Delta, wall_s: f64) -> String {
     let mut by_cpu: Vec<(&String, &f64)> = delta.cpu_by_process.iter().collect();
     by_cpu.sort_by(|a, b| b.1.total_cmp(a.1));
     let total: f64 = by_cpu.iter().map(|(_, s)| **s).sum();
+    let share = |seconds: f64| 100.0 * seconds / (wall_s * cpus).max(1e-9);
     let mut out = format!(
         "  CPU over {wall_s:.1} s on {cpus:.0} CPUs: {total:.1} s watched ({:.0} % of the machine)\n",
-        100.0 * total / (wall_s * cpus).max(1e-9)
+        share(total)
     );
     for (name, seconds) in by_cpu {
         let _ = writeln!(
             out,
             "  cpu {name:<24} {seconds:>8.1} s  {:>5.1} % of the machine",
-            100.0 * seconds / (wall_s * cpus).max(1e-9)
+            share(*seconds)
         );
     }
     out

@@ -81,7 +81,8 @@ impl Bench {
     }
 
     /// A sample of the apiserver's and the operator's metrics and of the CPU time of every
-    /// process on the path: the control plane's components, the operator, the bench.
+    /// process on the path: the control plane's components, the bench (and the operator,
+    /// which `Sample::take` reads anyway).
     pub async fn sample(&self) -> Result<Sample> {
         let mut watched: Vec<(String, u32)> = self
             .cp
@@ -89,7 +90,6 @@ impl Bench {
             .iter()
             .map(|c| (c.name.clone(), c.pid))
             .collect();
-        watched.push(("hcomm-operator".into(), self.operator_pid()));
         watched.push(("scale-bench".into(), std::process::id()));
         Sample::take(
             &self.client,
