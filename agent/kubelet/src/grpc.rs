@@ -67,7 +67,9 @@ where
             Ok::<_, std::io::Error>(TokioIo::new(stream))
         }
     });
-    // The authority is unused on a Unix socket; the kubelet and plugins ignore it too.
+    // `localhost`, as the kubelet's own CSI and device-plugin clients send on Unix sockets:
+    // the one authority every server takes (a path is refused by h2-based servers; ours
+    // take any, see `any_authority`).
     let channel = Endpoint::from_static("http://localhost")
         .connect_with_connector(connector)
         .await

@@ -9,6 +9,8 @@
 //! the gRPC stack (tonic, prost, h2) is compiled once and kept out of the crates that do
 //! not speak gRPC, and so every client and server here is tested against its other side.
 
+#[cfg(any(feature = "server", feature = "csi-node"))]
+mod any_authority;
 pub mod client;
 pub mod csi;
 mod grpc;

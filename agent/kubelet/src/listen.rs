@@ -13,9 +13,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
 use tonic::body::Body;
 use tonic::{Request, Response, Status};
 use tonic_prost::ProstCodec;
+
+use crate::any_authority::AnyAuthority;
 
 /// The largest request a handler decodes. Every request here is a few paths and names;
 /// the callers are local (the kubelet, the testbed), but a socket is still an input.
@@ -205,7 +208,10 @@ impl Serving {
     {
         let mut stopped = self.stop.subscribe();
         self.sockets.push((bound.path, bound.ino));
-        let incoming = tokio_stream::wrappers::UnixListenerStream::new(bound.listener);
+        // Whatever authority the client sends (the kubelet's plugin watcher sends the
+        // escaped socket path, which h2 alone would reset): see `any_authority`.
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(bound.listener)
+            .map(|accepted| accepted.map(AnyAuthority::new));
         self.tasks.push(tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
                 .timeout(CALL_LIMIT)
