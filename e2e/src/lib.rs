@@ -14,4 +14,5 @@ pub mod diagram;
 pub mod harness;
 pub mod hosts;
 pub mod promtool;
+pub mod realnode;
 pub mod testbed;

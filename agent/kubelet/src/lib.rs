@@ -9,12 +9,14 @@
 //! the gRPC stack (tonic, prost, h2) is compiled once and kept out of the crates that do
 //! not speak gRPC, and so every client and server here is tested against its other side.
 
-#[cfg(any(feature = "server", feature = "csi-node"))]
+#[cfg(any(feature = "server", feature = "csi-node", feature = "device-plugin"))]
 mod any_authority;
 pub mod client;
 pub mod csi;
+#[cfg(feature = "device-plugin")]
+pub mod device_plugin;
 mod grpc;
-#[cfg(any(feature = "server", feature = "csi-node"))]
+#[cfg(any(feature = "server", feature = "csi-node", feature = "device-plugin"))]
 mod listen;
 pub mod proto;
 #[cfg(feature = "server")]
@@ -24,7 +26,7 @@ pub use client::{PodResourcesClient, PodResourcesError};
 pub use csi::client::{CsiError, CsiNodeClient, RegistrationClient};
 #[cfg(feature = "csi-node")]
 pub use csi::server::{NodePlugin, NodePluginServer, serve_node_plugin};
-#[cfg(any(feature = "server", feature = "csi-node"))]
+#[cfg(any(feature = "server", feature = "csi-node", feature = "device-plugin"))]
 pub use listen::ServeError;
 pub use proto::{ContainerDevices, ContainerResources, PodResources};
 /// A gRPC status and its code, as a `NodePlugin` answers and a

@@ -285,6 +285,36 @@ where
         .await
 }
 
+/// Answers one server-streaming call with the messages of `stream` (a request of at
+/// most [`MAX_REQUEST_BYTES`], ignored beyond its decoding: the device plugin's
+/// ListAndWatch takes `Empty`). The call ends when the stream does.
+#[cfg(feature = "device-plugin")]
+pub(crate) async fn server_streaming<Req, Resp, St>(
+    req: http::Request<Body>,
+    stream: St,
+) -> http::Response<Body>
+where
+    Req: prost::Message + Default + Send + 'static,
+    Resp: prost::Message + Send + 'static,
+    St: tokio_stream::Stream<Item = Result<Resp, Status>> + Send + 'static,
+{
+    let stream = std::sync::Mutex::new(Some(stream));
+    let handler = tower::service_fn(move |_: Request<Req>| {
+        let answer = stream
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .map(Response::new)
+            .ok_or_else(|| Status::internal("one stream per call"));
+        async move { answer }
+    });
+    let codec: ProstCodec<Resp, Req> = ProstCodec::default();
+    tonic::server::Grpc::new(codec)
+        .max_decoding_message_size(MAX_REQUEST_BYTES)
+        .server_streaming(handler, req)
+        .await
+}
+
 /// The answer to a method the service does not serve.
 pub(crate) fn unimplemented(req: &http::Request<Body>) -> http::Response<Body> {
     Status::unimplemented(format!("unknown method {}", req.uri().path())).into_http()

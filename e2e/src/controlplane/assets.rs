@@ -8,6 +8,8 @@
 //! go.mod and go.sum, so later runs and fresh clones on the same machine reuse
 //! it. A lock file keeps two concurrent test binaries from building at once,
 //! and a build lands under its final name only when complete (rename).
+//!
+//! Size: every pinned module and the one cached build they share, with its tests.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -54,6 +56,8 @@ const KUBE: GoModule = GoModule {
         ),
         ("kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler"),
         ("kubectl", "k8s.io/kubernetes/cmd/kubectl"),
+        // The testbed's real nodes (`testbed::realnode`); same pin as the control plane.
+        ("kubelet", "k8s.io/kubernetes/cmd/kubelet"),
     ],
 };
 
@@ -173,6 +177,20 @@ pub fn resolve(needs: Needs) -> Result<Binaries> {
         kube_scheduler,
         kwok,
     })
+}
+
+/// The kubelet of the testbed's real nodes: `kubelet` in `KUBEBUILDER_ASSETS` when there
+/// (envtest's folder has none, but a user's may), else built with the control plane from
+/// `e2e/k8s/kube` (blocking).
+pub fn kubelet() -> Result<PathBuf> {
+    let assets = std::env::var_os("KUBEBUILDER_ASSETS").map(PathBuf::from);
+    if let Some(path) = assets
+        .map(|dir| dir.join("kubelet"))
+        .filter(|p| p.is_file())
+    {
+        return Ok(path);
+    }
+    Ok(ensure_built(KUBE)?.join("kubelet"))
 }
 
 /// Helm for the chart tests: `$HCOMM_HELM` when set, else the pinned version built from

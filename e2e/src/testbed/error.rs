@@ -9,6 +9,9 @@ pub enum Error {
     /// The control plane failed to start or answer.
     #[error("control plane: {0}")]
     ControlPlane(#[from] crate::controlplane::Error),
+    /// A real node failed to start or stop.
+    #[error("real node: {0}")]
+    RealNode(#[from] crate::realnode::Error),
     /// Installing the chart failed.
     #[error("chart: {0}")]
     Chart(#[from] crate::chart::ChartError),

@@ -31,6 +31,7 @@ pub mod npus;
 mod pool_waits;
 pub mod pools;
 pub mod ranktables;
+mod real_nodes;
 pub mod suite;
 pub mod timeline;
 pub mod timeline_svg;
@@ -51,6 +52,7 @@ pub use examples::ExamplePools;
 pub use kubelet::{Kubelet, KubeletConfig, NodeRoot, ProcessInfo};
 pub use load::{LoadOptions, LoadRun, LoadStats, PodStats};
 pub use pools::{MemberPod, PoolCopy};
+pub use real_nodes::WORKER_IMAGE;
 pub use timeline::{MemberMarks, Timeline};
 
 use crate::chart;
@@ -80,6 +82,22 @@ pub struct TestbedOptions {
     /// ([`hccl_runtime`]), so `backend: hccl` groups run (namespace hosts only). Without
     /// it the hosts have no Ascend runtime and such groups are refused at verification.
     pub hccl_runtime: bool,
+    /// What runs the Pods: the process kubelet over kwok Nodes, or a real kubelet and
+    /// containerd on every host.
+    pub nodes: Nodes,
+}
+
+/// What runs the testbed's Pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Nodes {
+    /// kwok Nodes, and the process kubelet running each member's worker as a process
+    /// inside its host ([`kubelet`]).
+    #[default]
+    Process,
+    /// A real kubelet and containerd per host ([`crate::realnode`]): Pods are
+    /// containers on a CNI network, images built here, NPUs from a real device plugin.
+    /// Namespace hosts only.
+    Kubelet,
 }
 
 /// What the simulated hosts are made of.
@@ -104,6 +122,7 @@ impl Default for TestbedOptions {
             hosts_mode: HostsMode::Namespaces,
             weights_gc_grace: Duration::from_secs(5),
             hccl_runtime: false,
+            nodes: Nodes::Process,
         }
     }
 }
@@ -111,6 +130,9 @@ impl Default for TestbedOptions {
 /// A running installation. Fields drop in order: workers first, hosts last.
 pub struct Testbed {
     kubelet: Option<Kubelet>,
+    /// With [`Nodes::Kubelet`]: each host's device plugin, then its node.
+    ascend_plugins: Vec<crate::realnode::ascend_plugin::AscendPlugin>,
+    real_nodes: Vec<crate::realnode::RealNode>,
     device_plugin: Option<DevicePlugin>,
     pod_resources: Vec<hcomm_kubelet::server::PodResourcesServer>,
     operator: Option<Child>,
@@ -161,6 +183,12 @@ impl Testbed {
                 Err(e) => return Err(e.into()),
             },
         };
+        if options.nodes == Nodes::Kubelet && !hosts.is_isolated() {
+            return Err(Error::Unsupported(
+                "real nodes need network namespaces (root); these hosts are loopback addresses"
+                    .to_owned(),
+            ));
+        }
         let pod_range = hosts.claim_pod_range()?;
         let hosts = Arc::new(hosts);
         let dir = std::env::temp_dir().join(format!("hcomm-testbed-{}", std::process::id()));
@@ -188,14 +216,19 @@ impl Testbed {
             &hosts,
             ChartClusterOptions {
                 controllers: true,
-                kwok: Some(true),
-                // Pod addresses are routed in the root namespace (hosts::podnet).
-                pod_cidr: Some(pod_range),
+                kwok: Some(options.nodes == Nodes::Process),
+                // Pod addresses are routed in the root namespace (hosts::podnet; real
+                // nodes route their own /24 of it).
+                pod_cidr: Some(pod_range.clone()),
                 chart_values: vec![
                     "operator.replicas=1".to_owned(),
                     "operator.nodeSelector.hcomm-testbed=runs-as-a-process".to_owned(),
                 ],
-                npus_per_node: options.devices_per_host,
+                // Real nodes advertise what their device plugin registers.
+                npus_per_node: match options.nodes {
+                    Nodes::Process => options.devices_per_host,
+                    Nodes::Kubelet => 0,
+                },
             },
         )
         .await?;
@@ -207,6 +240,8 @@ impl Testbed {
             .transpose()?;
         let mut bed = Testbed {
             kubelet: None,
+            ascend_plugins: Vec::new(),
+            real_nodes: Vec::new(),
             device_plugin: None,
             pod_resources: Vec::new(),
             operator: None,
@@ -223,6 +258,16 @@ impl Testbed {
             hccl_runtime,
         };
         bed.install_ascend_roots()?;
+        if bed.options.nodes == Nodes::Kubelet {
+            bed.start_real_nodes(&pod_range).await?;
+            for i in 0..bed.hosts.len() {
+                let agent = bed.spawn_agent(i)?;
+                bed.agents.push(Some(agent));
+            }
+            bed.start_operator()?;
+            bed.wait_for_nodes(Duration::from_secs(60)).await?;
+            return Ok(bed);
+        }
         // The kubelet's side first (device plugin, PodResources sockets), so an agent
         // finds its socket from its start.
         bed.device_plugin = (bed.options.devices_per_host > 0).then(|| {
@@ -601,6 +646,9 @@ impl Testbed {
 impl Drop for Testbed {
     fn drop(&mut self) {
         self.kubelet.take();
+        self.ascend_plugins.clear();
+        // Containers first (they use the agents' sockets), then the agents.
+        self.real_nodes.clear();
         self.pod_resources.clear();
         self.kill_operator();
         self.agents.clear();

@@ -1,0 +1,372 @@
+//! hcomm on real nodes (issue 43): every host runs a real kubelet and containerd
+//! (`hcomm_e2e::realnode`), Pods are containers on a CNI network, images are built here,
+//! NPUs come from a device plugin registered with the kubelet. One testbed (two hosts,
+//! two NPUs each) shared by the scenarios, one at a time. Runs under
+//! `hcomm_e2e::harness`: without root every scenario is reported ignored with the reason.
+//!
+//! Before `hcomm_kubelet`'s gRPC servers took any `:authority`, the first scenario failed:
+//! the kubelet's plugin watcher sends the escaped socket path, the agent's server reset
+//! the stream, CSINode listed no driver and the Pod stayed in ContainerCreating.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail, ensure};
+use hcomm_crds::HcommGroup;
+use hcomm_crds::contract::ascend::{ANNOTATION_ASCEND_910_CONFIGURATION, RESOURCE_ASCEND910};
+use hcomm_crds::contract::{LABEL_GROUP, POD_MEMBER_READY};
+use hcomm_e2e::harness::{self, Needs, Shared, Test};
+use hcomm_e2e::realnode::image::ImageSpec;
+use hcomm_e2e::testbed::{Nodes, Testbed, TestbedOptions, WORKER_IMAGE};
+use hcomm_kubelet::PodResourcesClient;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::storage::v1::CSINode;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+
+/// A shell image for the plain Pods of these tests: `/bin/sh` and `sleep`.
+const SHELL_IMAGE: &str = "hcomm-testbed/shell:1";
+const NAMESPACE: &str = "default";
+
+type Scenario =
+    fn(&Testbed) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + '_>>;
+
+fn main() {
+    let rt = Arc::new(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime"),
+    );
+    let shared: Shared<Testbed> = Shared::default();
+    let scenarios: [(&str, Scenario); 2] = [
+        (
+            "the_agents_csi_driver_registers_with_a_real_kubelet_and_a_pod_mounts_its_volume",
+            |bed| Box::pin(csi_driver_registers_and_a_pod_mounts_its_volume(bed)),
+        ),
+        (
+            "members_on_real_nodes_get_npus_from_the_kubelet_and_their_workers_serve",
+            |bed| Box::pin(members_get_npus_from_the_kubelet_and_serve(bed)),
+        ),
+    ];
+    let tests = scenarios
+        .into_iter()
+        .map(|(name, scenario)| {
+            let (rt, shared) = (rt.clone(), shared.clone());
+            Test::new(name, Needs::NetworkNamespaces, move || {
+                shared.with(
+                    || rt.block_on(start()),
+                    |bed| rt.block_on(bed.stop()),
+                    |bed| rt.block_on(scenario(bed)),
+                )
+            })
+        })
+        .collect();
+    let conclusion = harness::run_in_order(tests);
+    if let Some(bed) = shared.teardown() {
+        rt.block_on(bed.stop());
+    }
+    conclusion.exit();
+}
+
+async fn start() -> anyhow::Result<Testbed> {
+    let bed = Testbed::start(TestbedOptions {
+        hosts: 2,
+        devices_per_host: 2,
+        nodes: Nodes::Kubelet,
+        ..TestbedOptions::default()
+    })
+    .await
+    .context("a testbed on real nodes")?;
+    let shell = bed.dir().join("images/shell.tar");
+    ImageSpec::programs(
+        SHELL_IMAGE,
+        &[
+            (PathBuf::from("/bin/sh"), "/bin/sh"),
+            (PathBuf::from("/bin/sleep"), "/bin/sleep"),
+        ],
+    )?
+    .write_archive(&shell)?;
+    for node in bed.real_nodes() {
+        node.import(&shell)?;
+    }
+    Ok(bed)
+}
+
+async fn csi_driver_registers_and_a_pod_mounts_its_volume(bed: &Testbed) -> anyhow::Result<()> {
+    let client = bed.client().await?;
+    let csinodes: Api<CSINode> = Api::all(client.clone());
+    for node in bed.real_nodes() {
+        wait_for(Duration::from_secs(30), "the driver in CSINode", || async {
+            let drivers = csinodes
+                .get_opt(node.name())
+                .await?
+                .map(|c| c.spec.drivers)
+                .unwrap_or_default();
+            Ok(drivers
+                .iter()
+                .any(|d| d.name == hcomm_crds::local_api::CSI_DRIVER))
+        })
+        .await
+        .with_context(|| format!("kubelet log: {}", node.kubelet_log().display()))?;
+    }
+
+    // A Pod with the local-API volume, read-only as the driver requires: the kubelet
+    // starts its container only once the agent has published the volume.
+    let node = &bed.real_nodes()[0];
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "csi-mount", "namespace": NAMESPACE},
+        "spec": {
+            "nodeName": node.name(),
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{
+                "name": "c",
+                "image": SHELL_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", "test -d /run/hcomm && exec sleep 3600"],
+                "volumeMounts": [{"name": "api", "mountPath": "/run/hcomm", "readOnly": true}],
+            }],
+            "volumes": [{"name": "api", "csi": {"driver": hcomm_crds::local_api::CSI_DRIVER, "readOnly": true}}],
+        },
+    }))?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let pod = pods.create(&PostParams::default(), &pod).await?;
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    wait_for(
+        Duration::from_secs(60),
+        "the Pod's container running",
+        || async {
+            let p = pods.get("csi-mount").await?;
+            let running = p
+                .status
+                .and_then(|s| s.container_statuses)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| {
+                    c.state.as_ref().is_some_and(|s| s.running.is_some()) && c.restart_count == 0
+                });
+            Ok(running)
+        },
+    )
+    .await?;
+    let published = node
+        .kubelet_root()
+        .join("pods")
+        .join(&uid)
+        .join("volumes/kubernetes.io~csi/api/mount");
+    ensure!(
+        published.is_dir(),
+        "the agent published the volume at {}",
+        published.display()
+    );
+    pods.delete("csi-mount", &DeleteParams::default()).await?;
+    wait_for(
+        Duration::from_secs(30),
+        "the volume unpublished",
+        || async { Ok(!published.exists()) },
+    )
+    .await
+}
+
+async fn members_get_npus_from_the_kubelet_and_serve(bed: &Testbed) -> anyhow::Result<()> {
+    let client = bed.client().await?;
+    // The kubelet's device manager, not a status patch, advertises the NPUs.
+    let nodes: Api<Node> = Api::all(client.clone());
+    for node in bed.real_nodes() {
+        wait_for(
+            Duration::from_secs(30),
+            "the NPUs in allocatable",
+            || async {
+                let n = nodes.get(node.name()).await?;
+                let allocatable = n
+                    .status
+                    .and_then(|s| s.allocatable)
+                    .and_then(|a| a.get(RESOURCE_ASCEND910).map(|q| q.0.clone()));
+                Ok(allocatable.as_deref() == Some("2"))
+            },
+        )
+        .await?;
+    }
+
+    let group: HcommGroup = serde_json::from_value(serde_json::json!({
+        "apiVersion": "hcomm.io/v1alpha1",
+        "kind": "HcommGroup",
+        "metadata": {"name": "real", "namespace": NAMESPACE},
+        "spec": {
+            "replicas": 2,
+            "role": "decode",
+            "devicesPerMember": 1,
+            "comm": {"backend": "tcp", "socketIfname": "data", "connectTimeoutSeconds": 10},
+            "scaling": {"strategy": "Incremental", "drainTimeoutSeconds": 10},
+            "template": {
+                "metadata": {"annotations": {"hcomm.io/worker-readiness": "local-api"}},
+                "spec": {
+                    // The worker's communicator binds the node's data address.
+                    "hostNetwork": true,
+                    "terminationGracePeriodSeconds": 15,
+                    "containers": [{
+                        "name": "worker",
+                        "image": WORKER_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["hcomm-worker"],
+                        "args": ["--role", "decode", "--step-ms", "5"],
+                        "env": [
+                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                        ],
+                        "ports": [{"name": "http", "containerPort": 8080}],
+                    }],
+                },
+            },
+        },
+    }))?;
+    let groups: Api<HcommGroup> = Api::namespaced(client.clone(), NAMESPACE);
+    groups.create(&PostParams::default(), &group).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let selector = ListParams::default().labels(&format!("{LABEL_GROUP}=real"));
+    let ready = wait_for_value(
+        Duration::from_secs(120),
+        "two member Pods Ready",
+        || async {
+            let list = pods.list(&selector).await?.items;
+            let ready: Vec<Pod> = list.into_iter().filter(pod_ready).collect();
+            Ok((ready.len() == 2).then_some(ready))
+        },
+    )
+    .await
+    .with_context(|| format!("logs: {}", bed.dir().join("logs").display()))?;
+
+    for pod in &ready {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let node_name = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+        let node = bed
+            .real_nodes()
+            .iter()
+            .find(|n| n.name() == node_name)
+            .context("a member on a real node")?;
+        // The kubelet allocated the member's NPU and says so; the plugin's annotation agrees.
+        let kubelet = PodResourcesClient::new(
+            node.kubelet_root().join("pod-resources/kubelet.sock"),
+            Duration::from_secs(5),
+        );
+        let allocated: Vec<String> = kubelet
+            .list()
+            .await?
+            .into_iter()
+            .filter(|p| p.name == name)
+            .flat_map(|p| p.containers)
+            .flat_map(|c| c.devices)
+            .filter(|d| d.resource_name == RESOURCE_ASCEND910)
+            .flat_map(|d| d.device_ids)
+            .collect();
+        ensure!(
+            allocated.len() == 1,
+            "{name}: the kubelet allocated {allocated:?}"
+        );
+        let annotation = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_ASCEND_910_CONFIGURATION))
+            .with_context(|| format!("{name}: the device plugin's annotation"))?;
+        let physical = allocated[0].rsplit('-').next().unwrap_or_default();
+        ensure!(
+            annotation.contains(&format!("\"device_id\":\"{physical}\"")),
+            "{name}: annotation {annotation} names the kubelet's device {}",
+            allocated[0]
+        );
+        // The worker, a container on the node's network, serves.
+        let ip = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .context("a Pod IP")?;
+        let answer = generate(&format!("{ip}:8080")).await?;
+        ensure!(
+            answer.contains(&format!("\"pod\":\"{name}\"")),
+            "{name} answered {answer}"
+        );
+    }
+    groups.delete("real", &DeleteParams::default()).await?;
+    wait_for(Duration::from_secs(60), "the members gone", || async {
+        Ok(pods.list(&selector).await?.items.is_empty())
+    })
+    .await
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    let conditions = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let is_true = |t: &str| {
+        conditions
+            .iter()
+            .any(|c| c.type_ == t && c.status == "True")
+    };
+    is_true("Ready") && is_true(POD_MEMBER_READY)
+}
+
+/// `POST /generate` on `addr`, the whole exchange within 10 s.
+async fn generate(addr: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = r#"{"prompt":"hi","tokens":4}"#;
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(
+            format!(
+                "POST /generate HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await?;
+        anyhow::Ok(out)
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(10), exchange)
+        .await
+        .context("no answer within 10 s")??;
+    if !answer.starts_with("HTTP/1.1 200") {
+        bail!("{addr} answered {answer}");
+    }
+    Ok(answer)
+}
+
+async fn wait_for<F, Fut>(within: Duration, what: &str, check: F) -> anyhow::Result<()>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    wait_for_value(within, what, || async { Ok(check().await?.then_some(())) }).await
+}
+
+async fn wait_for_value<T, F, Fut>(within: Duration, what: &str, check: F) -> anyhow::Result<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = Instant::now() + within;
+    let mut last = String::new();
+    loop {
+        match check().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last = format!(" (last error: {e:#})"),
+        }
+        if Instant::now() > deadline {
+            bail!("{what}: not within {within:?}{last}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
