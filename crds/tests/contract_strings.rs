@@ -16,7 +16,8 @@
 //! and a group phase), `Draining` and `Standby` (member phases), `Degraded` (a group
 //! phase) and `Drained` (a phase of the agent's member task). `RollingUpdate` (a group reason) is left
 //! alone too: it is also the update strategy type of Kubernetes' own DaemonSets and
-//! Deployments, which the chart tests read.
+//! Deployments, which the chart tests read; so is `Healthy`, a device's health in the
+//! kubelet's device-plugin API.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -30,7 +31,7 @@ use hcomm_crds::{GroupPhase, MemberPhase, rank_table};
 const PHASE_WORDS: &[&str] = &["Ready", "Draining", "Standby", "Degraded", "Drained"];
 
 /// Names that are also Kubernetes' own words (see the module docs).
-const KUBERNETES_WORDS: &[&str] = &["RollingUpdate"];
+const KUBERNETES_WORDS: &[&str] = &["RollingUpdate", "Healthy"];
 
 /// Every name that must not appear as a literal outside `crds/`.
 fn forbidden() -> BTreeSet<&'static str> {

@@ -15,12 +15,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail, ensure};
 use hcomm_crds::HcommGroup;
 use hcomm_crds::contract::ascend::{ANNOTATION_ASCEND_910_CONFIGURATION, RESOURCE_ASCEND910};
-use hcomm_crds::contract::{LABEL_GROUP, POD_MEMBER_READY};
+use hcomm_crds::contract::{
+    ANNOTATION_WORKER_READINESS, LABEL_GROUP, POD_MEMBER_READY, WORKER_READINESS_LOCAL_API,
+};
 use hcomm_e2e::harness::{self, Needs, Shared, Test};
 use hcomm_e2e::realnode::image::ImageSpec;
 use hcomm_e2e::testbed::{Nodes, Testbed, TestbedOptions, WORKER_IMAGE};
 use hcomm_kubelet::PodResourcesClient;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -192,8 +194,8 @@ async fn members_get_npus_from_the_kubelet_and_serve(bed: &Testbed) -> anyhow::R
     }
 
     let group: HcommGroup = serde_json::from_value(serde_json::json!({
-        "apiVersion": "hcomm.io/v1alpha1",
-        "kind": "HcommGroup",
+        "apiVersion": <HcommGroup as kube::Resource>::api_version(&()),
+        "kind": <HcommGroup as kube::Resource>::kind(&()),
         "metadata": {"name": "real", "namespace": NAMESPACE},
         "spec": {
             "replicas": 2,
@@ -202,7 +204,7 @@ async fn members_get_npus_from_the_kubelet_and_serve(bed: &Testbed) -> anyhow::R
             "comm": {"backend": "tcp", "socketIfname": "data", "connectTimeoutSeconds": 10},
             "scaling": {"strategy": "Incremental", "drainTimeoutSeconds": 10},
             "template": {
-                "metadata": {"annotations": {"hcomm.io/worker-readiness": "local-api"}},
+                "metadata": {"annotations": {ANNOTATION_WORKER_READINESS: WORKER_READINESS_LOCAL_API}},
                 "spec": {
                     // The worker's communicator binds the node's data address.
                     "hostNetwork": true,
@@ -295,6 +297,32 @@ async fn members_get_npus_from_the_kubelet_and_serve(bed: &Testbed) -> anyhow::R
             "{name} answered {answer}"
         );
     }
+    // A Service's ClusterIP reaches the members from a node (kube-proxy's rules there).
+    let services: Api<Service> = Api::namespaced(client.clone(), NAMESPACE);
+    let service: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "real", "namespace": NAMESPACE},
+        "spec": {"selector": {LABEL_GROUP: "real"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }))?;
+    let service = services.create(&PostParams::default(), &service).await?;
+    let cluster_ip = service
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .context("a ClusterIP")?;
+    let answer = wait_for_value(
+        Duration::from_secs(30),
+        "an answer through the ClusterIP",
+        || {
+            let ip = cluster_ip.clone();
+            async move { generate_from_host(bed, 1, &format!("{ip}:80")).map(Some) }
+        },
+    )
+    .await?;
+    ensure!(
+        answer.contains("\"pod\":\"real-"),
+        "through the ClusterIP: {answer}"
+    );
+    services.delete("real", &DeleteParams::default()).await?;
+
     groups.delete("real", &DeleteParams::default()).await?;
     wait_for(Duration::from_secs(60), "the members gone", || async {
         Ok(pods.list(&selector).await?.items.is_empty())
@@ -314,6 +342,28 @@ fn pod_ready(pod: &Pod) -> bool {
             .any(|c| c.type_ == t && c.status == "True")
     };
     is_true("Ready") && is_true(POD_MEMBER_READY)
+}
+
+/// `POST /generate` on `addr` from inside host `host` (bash's `/dev/tcp`), within 10 s.
+fn generate_from_host(bed: &Testbed, host: usize, addr: &str) -> anyhow::Result<String> {
+    let (ip, port) = addr.split_once(':').context("ip:port")?;
+    let body = r#"{"prompt":"hi","tokens":4}"#;
+    let script = format!(
+        "exec 3<>/dev/tcp/{ip}/{port} && printf 'POST /generate HTTP/1.1\\r\\nHost: x\\r\\nContent-Type: application/json\\r\\nContent-Length: {}\\r\\nConnection: close\\r\\n\\r\\n{body}' >&3 && cat <&3",
+        body.len()
+    );
+    let out = bed
+        .hosts()
+        .host(host)?
+        .command("timeout")
+        .args(["10", "bash", "-c", &script])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    ensure!(
+        text.starts_with("HTTP/1.1 200"),
+        "{addr} from host-{host}: {text}"
+    );
+    Ok(text)
 }
 
 /// `POST /generate` on `addr`, the whole exchange within 10 s.

@@ -58,6 +58,7 @@ const KUBE: GoModule = GoModule {
         ("kubectl", "k8s.io/kubernetes/cmd/kubectl"),
         // The testbed's real nodes (`testbed::realnode`); same pin as the control plane.
         ("kubelet", "k8s.io/kubernetes/cmd/kubelet"),
+        ("kube-proxy", "k8s.io/kubernetes/cmd/kube-proxy"),
     ],
 };
 
@@ -191,6 +192,11 @@ pub fn kubelet() -> Result<PathBuf> {
         return Ok(path);
     }
     Ok(ensure_built(KUBE)?.join("kubelet"))
+}
+
+/// kube-proxy for the real nodes, beside [`kubelet`].
+pub fn kube_proxy() -> Result<PathBuf> {
+    Ok(kubelet()?.with_file_name("kube-proxy"))
 }
 
 /// Helm for the chart tests: `$HCOMM_HELM` when set, else the pinned version built from

@@ -57,6 +57,8 @@ pub use error::{Error, Result};
 pub(crate) use health::http_get;
 pub use kubeconfig::CONTEXT;
 pub use process::is_alive;
+/// The Services' ClusterIP range every control plane here serves.
+pub use start::SERVICE_CIDR;
 pub(crate) use start::free_ports;
 
 use process::Supervised;

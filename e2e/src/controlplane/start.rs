@@ -21,7 +21,7 @@ use super::statedir;
 use super::{Component, ControlPlane, ControlPlaneOptions};
 
 /// The Service IP range (the `kubernetes` Service takes its first address).
-const SERVICE_CIDR: &str = "10.96.0.0/16";
+pub const SERVICE_CIDR: &str = "10.96.0.0/16";
 /// Pod IPs that kwok hands out.
 const POD_CIDR: &str = "10.244.0.0/16";
 /// The issuer of ServiceAccount tokens.

@@ -261,6 +261,7 @@ async fn annotate(client: &kube::Client, spec: &PluginSpec, allocation: &PodAllo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hcomm_crds::contract::ascend::RESOURCE_ASCEND910;
 
     #[test]
     fn allocate_gives_the_physical_ids_and_preferred_packs_the_lowest() {
@@ -268,7 +269,10 @@ mod tests {
         let r = p
             .allocate(&["Ascend910-3".into(), "Ascend910-1".into()])
             .unwrap();
-        assert_eq!(r.envs["ASCEND_VISIBLE_DEVICES"], "1,3");
+        assert_eq!(
+            r.envs[hcomm_crds::contract::ascend::ENV_ASCEND_VISIBLE_DEVICES],
+            "1,3"
+        );
         assert!(p.allocate(&["weird".into()]).is_err());
         let available: Vec<String> = [5, 2, 7, 0]
             .iter()
@@ -286,7 +290,7 @@ mod tests {
             node: "host-0".into(),
             host_ip: "198.19.0.10".into(),
             kubelet_root: "/k".into(),
-            resource: "huawei.com/Ascend910".into(),
+            resource: RESOURCE_ASCEND910.into(),
             npus: 4,
             hccn_conf: HccnConf::default(),
         };
@@ -307,11 +311,7 @@ mod tests {
         let a = allocations(
             &spec,
             &[
-                pod(
-                    "m-0",
-                    "huawei.com/Ascend910",
-                    &["Ascend910-2", "Ascend910-0"],
-                ),
+                pod("m-0", RESOURCE_ASCEND910, &["Ascend910-2", "Ascend910-0"]),
                 pod("gpu", "nvidia.com/gpu", &["GPU-1"]),
             ],
         );

@@ -116,6 +116,31 @@ resolvConf: ""
     )
 }
 
+/// kube-proxy's configuration for one node: iptables mode inside the host's network
+/// namespace. The conntrack settings it would write are machine-wide (`nf_conntrack_max`,
+/// the TCP timeouts): zero leaves each as the machine has it.
+pub fn kube_proxy_config(kubeconfig: &Path, node: &str, cluster_cidr: &str) -> String {
+    format!(
+        r#"apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clientConnection:
+  kubeconfig: {kubeconfig}
+hostnameOverride: {node}
+clusterCIDR: {cluster_cidr}
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+nodePortAddresses: [primary]
+"#,
+        kubeconfig = kubeconfig.display(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +161,17 @@ mod tests {
         assert_eq!(bridge["type"], "bridge");
         assert_eq!(bridge["isGateway"], true);
         assert_eq!(bridge["ipam"]["ranges"][0][0]["subnet"], "10.100.3.0/24");
+    }
+
+    #[test]
+    fn kube_proxy_leaves_the_machines_conntrack_settings_alone() {
+        let yaml = kube_proxy_config(Path::new("/n/kp.kubeconfig"), "host-1", "10.100.0.0/16");
+        let v: serde_yaml::Value = serde_yaml::from_str(&yaml).unwrap();
+        assert_eq!(v["mode"], "iptables");
+        assert_eq!(v["hostnameOverride"], "host-1");
+        assert_eq!(v["conntrack"]["maxPerCore"], 0);
+        assert_eq!(v["conntrack"]["tcpEstablishedTimeout"], "0s");
+        assert_eq!(v["clientConnection"]["kubeconfig"], "/n/kp.kubeconfig");
     }
 
     #[test]

@@ -12,12 +12,16 @@
 //!   every other real node through the host's management address;
 //! - the kubelet built from the same pinned module as the control plane, acting as
 //!   `system:node:<host>` (the API server's Node authorizer applies), its root directory
-//!   at the host's `var/lib/kubelet`, which is also where the testbed's agent finds its
-//!   PodResources socket and serves its CSI driver — one path in both views;
+//!   `/var/lib/kubelet` on every node (the chart's one `kubeletRootDir`), the host's
+//!   `var/lib/kubelet` on disk; processes the testbed runs on the node (its agent) enter
+//!   the node's namespaces ([`RealNode::command`]) and see what a DaemonSet's Pod sees;
 //! - images imported with `ctr`, never pulled: the sandbox image ([`pause`]) and whatever
 //!   the caller built ([`image`]).
 //!
-//! Not yet here: Service ClusterIPs (no kube-proxy), cluster DNS.
+//! - kube-proxy from the same module (iptables mode, in the host's namespace), so Service
+//!   ClusterIPs work on the node — the in-cluster API address among them.
+//!
+//! Not yet here: cluster DNS.
 //!
 //! Needs root, `containerd`, `runc`, `ctr`, the CNI plugins in `/usr/lib/cni`, `nsenter`
 //! and `unshare`; [`missing_programs`] says what is absent.
@@ -54,6 +58,9 @@ pub struct NodeSpec<'a> {
     pub netns: &'a str,
     /// The host's management address: the kubelet's and the Node's InternalIP.
     pub address: Ipv4Addr,
+    /// The management network's gateway (the root namespace), where the host routes the
+    /// Services' range (kube-proxy rewrites each connection before it leaves).
+    pub gateway: Ipv4Addr,
     /// The host's folder (its `run`, `var/lib`, `var/log` become the node's).
     pub host_root: &'a Path,
     /// A folder of the node's own: configuration, logs, masks.
@@ -67,8 +74,22 @@ pub struct NodeSpec<'a> {
     pub kubeconfig: &'a Path,
     /// The kubelet binary.
     pub kubelet: &'a Path,
+    /// kube-proxy, its kubeconfig (as `system:kube-proxy`) and the cluster's Pod range,
+    /// for Service ClusterIPs on the node; none without.
+    pub kube_proxy: Option<KubeProxy<'a>>,
     /// Image archives to import before the kubelet starts.
     pub images: &'a [PathBuf],
+}
+
+/// kube-proxy on a node.
+#[derive(Debug, Clone)]
+pub struct KubeProxy<'a> {
+    /// The binary.
+    pub binary: &'a Path,
+    /// Its kubeconfig.
+    pub kubeconfig: &'a Path,
+    /// The cluster's Pod range.
+    pub cluster_cidr: &'a str,
 }
 
 /// A running node; stopped, its containers killed and its namespace released on drop.
@@ -79,6 +100,7 @@ pub struct RealNode {
     pod_subnet: String,
     address: Ipv4Addr,
     kubelet: Option<Child>,
+    kube_proxy: Option<Child>,
     containerd: Option<Child>,
     // Dropped after the processes: kills what is left, then releases the mounts.
     cgroup: NodeCgroup,
@@ -126,8 +148,8 @@ impl RealNode {
         let mount_ns = MountNs::create(
             spec.unique,
             &NodeMounts {
+                netns: spec.netns,
                 host_root: spec.host_root,
-                kubelet_root: &kubelet_root,
                 masks: &spec.dir.join("sysctl"),
             },
         )?;
@@ -138,12 +160,13 @@ impl RealNode {
             pod_subnet: spec.pod_subnet.to_owned(),
             address: spec.address,
             kubelet: None,
+            kube_proxy: None,
             containerd: None,
             cgroup,
             mount_ns,
         };
         node.write_configs(spec)?;
-        node.route_pods(spec.netns)?;
+        node.route_pods(spec.netns, spec.gateway)?;
         node.containerd = Some(node.spawn(
             spec.netns,
             "containerd",
@@ -160,12 +183,19 @@ impl RealNode {
         let args = vec![
             format!("--config={}", node.dir.join("kubelet.yaml").display()),
             format!("--kubeconfig={}", spec.kubeconfig.display()),
-            format!("--root-dir={}", node.kubelet_root.display()),
+            format!("--root-dir={}", mountns::KUBELET_ROOT),
             format!("--hostname-override={}", spec.name),
             format!("--node-ip={}", spec.address),
             "--v=2".to_owned(),
         ];
         node.kubelet = Some(node.spawn(spec.netns, "kubelet", spec.kubelet, &args)?);
+        if let Some(kp) = &spec.kube_proxy {
+            let config = node.dir.join("kube-proxy.yaml");
+            let text = config::kube_proxy_config(kp.kubeconfig, spec.name, kp.cluster_cidr);
+            std::fs::write(&config, text).map_err(Error::io("write", &config))?;
+            let args = [format!("--config={}", config.display()), "--v=1".to_owned()];
+            node.kube_proxy = Some(node.spawn(spec.netns, "kube-proxy", kp.binary, &args)?);
+        }
         Ok(node)
     }
 
@@ -174,7 +204,8 @@ impl RealNode {
         &self.name
     }
 
-    /// The kubelet's root directory (`--root-dir`), as seen from the root namespace too.
+    /// The kubelet's root directory as seen from outside the node (the host's
+    /// `var/lib/kubelet`; inside, [`mountns::KUBELET_ROOT`]).
     pub fn kubelet_root(&self) -> &Path {
         &self.kubelet_root
     }
@@ -213,6 +244,17 @@ impl RealNode {
             ],
         )
         .map(drop)
+    }
+
+    /// A command that runs `program` on the node: in the host's network namespace and the
+    /// node's mount namespace, as a DaemonSet's host-network Pod would see the node.
+    pub fn command(&self, netns: &str, program: &Path) -> Command {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/run/netns/{netns}"))
+            .arg(format!("--mount={}", self.mount_ns.file().display()))
+            .arg("--")
+            .arg(program);
+        cmd
     }
 
     /// Routes `other`'s Pod subnet through its host, from this node's host.
@@ -261,7 +303,9 @@ impl RealNode {
 
     /// The host forwards for its Pods; the root namespace reaches them through the host
     /// (a route more specific than the testbed's unreachable claim of the whole range).
-    fn route_pods(&self, netns: &str) -> Result<()> {
+    /// The Services' range needs a route on the host too, as a node's default route gives
+    /// it: the route is chosen before kube-proxy's DNAT rewrites the destination.
+    fn route_pods(&self, netns: &str, gateway: Ipv4Addr) -> Result<()> {
         run(
             "ip",
             &[
@@ -273,6 +317,12 @@ impl RealNode {
                 "net.ipv4.ip_forward=1",
             ],
         )?;
+        let gw = gateway.to_string();
+        let services = crate::controlplane::SERVICE_CIDR;
+        run(
+            "ip",
+            &["-n", netns, "route", "replace", services, "via", &gw],
+        )?;
         let via = self.address.to_string();
         run("ip", &["route", "replace", &self.pod_subnet, "via", &via]).map(drop)
     }
@@ -283,11 +333,8 @@ impl RealNode {
         let log_path = self.dir.join(format!("{label}.log"));
         let log = std::fs::File::create(&log_path).map_err(Error::io("create", &log_path))?;
         let err = log.try_clone().map_err(Error::io("open", &log_path))?;
-        let child = Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{netns}"))
-            .arg(format!("--mount={}", self.mount_ns.file().display()))
-            .arg("--")
-            .arg(program)
+        let child = self
+            .command(netns, program)
             .args(args)
             .stdin(Stdio::null())
             .stdout(log)
@@ -345,10 +392,12 @@ impl RealNode {
     }
 
     fn stop_processes(&mut self) {
-        for child in [self.kubelet.take(), self.containerd.take()]
-            .into_iter()
-            .flatten()
-        {
+        let children = [
+            self.kube_proxy.take(),
+            self.kubelet.take(),
+            self.containerd.take(),
+        ];
+        for child in children.into_iter().flatten() {
             stop(child);
         }
         self.cgroup.kill_all();
@@ -422,19 +471,34 @@ pub async fn wait_ready(client: kube::Client, node: &RealNode, within: Duration)
 
 /// A kubeconfig acting as `system:node:<node>` in `system:nodes`, as a kubelet's
 /// credentials do on a cluster (the API server's Node authorizer decides what it may),
-/// written beside `admin`.
+/// written at `out`.
 pub fn node_kubeconfig(admin: &Path, node: &str, out: &Path) -> Result<()> {
+    kubeconfig_as(
+        admin,
+        &format!("system:node:{node}"),
+        &["system:nodes"],
+        out,
+    )
+}
+
+/// A kubeconfig acting as `system:kube-proxy`, the user the default RBAC binds to
+/// `system:node-proxier`.
+pub fn kube_proxy_kubeconfig(admin: &Path, out: &Path) -> Result<()> {
+    kubeconfig_as(admin, "system:kube-proxy", &[], out)
+}
+
+/// `admin`'s kubeconfig impersonating `user` in `groups` (and `system:authenticated`).
+fn kubeconfig_as(admin: &Path, user: &str, groups: &[&str], out: &Path) -> Result<()> {
     let mut config = kube::config::Kubeconfig::read_from(admin).map_err(|e| Error::Command {
         command: format!("read {}", admin.display()),
         message: e.to_string(),
     })?;
+    let mut groups: Vec<String> = groups.iter().map(|g| (*g).to_owned()).collect();
+    groups.push("system:authenticated".to_owned());
     for named in &mut config.auth_infos {
         let auth = named.auth_info.get_or_insert_with(Default::default);
-        auth.impersonate = Some(format!("system:node:{node}"));
-        auth.impersonate_groups = Some(vec![
-            "system:nodes".to_owned(),
-            "system:authenticated".to_owned(),
-        ]);
+        auth.impersonate = Some(user.to_owned());
+        auth.impersonate_groups = Some(groups.clone());
     }
     let yaml = serde_yaml::to_string(&config).map_err(|e| Error::Command {
         command: "render a kubeconfig".to_owned(),

@@ -6,11 +6,15 @@
 //! `/var/lib/kubelet/device-plugins` and `/var/log/containers`, hostPath volumes such as
 //! the weight store at `/var/lib/hcomm`), so two nodes never share one, and what a node
 //! keeps there is the host folder the testbed reads (its agent's files are at the same
-//! place in both views). The kubelet root is made a shared mount, which the kubelet's
+//! place in both views). The kubelet root ([`KUBELET_ROOT`]) is made a shared mount, which the kubelet's
 //! `HostToContainer` propagation needs. The kubelet also writes machine-wide sysctls
 //! (`kernel/panic`, `vm/overcommit_memory`, ...; `protectKernelDefaults` only makes it
 //! refuse to start instead): each is masked by a file holding the value the kubelet wants,
 //! so it finds nothing to change and the machine keeps its own.
+//!
+//! Its `/sys` is the host network namespace's (as `ip netns exec` mounts it), with the
+//! machine's cgroup tree moved onto it: the kubelet finds its cgroups, and a process of the
+//! node (the agent, the hccn_tool simulator) sees the host's NICs.
 //!
 //! The namespace outlives the processes in it (bound at a file, as `ip netns` does for
 //! network namespaces) and ends when [`MountNs`] drops, with every mount made in it.
@@ -23,6 +27,13 @@ use super::error::{Error, Result};
 /// Where the namespaces' files are bound: a private mount, as `unshare --mount=FILE`
 /// requires of the file's parent.
 pub const NS_DIR: &str = "/run/hcomm-realnode";
+
+/// Below the masks folder: where the cgroup tree waits while `/sys` is mounted anew.
+const CGROUP_HOLD: &str = "cgroup-hold";
+
+/// The kubelet's root inside the node (its `--root-dir`, the chart's `kubeletRootDir`):
+/// the same path on every node, the host's `var/lib/kubelet` on disk.
+pub const KUBELET_ROOT: &str = "/var/lib/kubelet";
 
 /// The sysctls the kubelet sets (`pkg/kubelet/cm/container_manager_linux.go`,
 /// `setupKernelTunables`) with the values it wants, masked inside the namespace.
@@ -44,11 +55,12 @@ pub struct MountNs {
 /// What to mount inside a node's namespace.
 #[derive(Debug, Clone)]
 pub struct NodeMounts<'a> {
+    /// The host's network namespace (`/run/netns/<netns>`): the node's `/sys` is its.
+    pub netns: &'a str,
     /// The host's folder holding its `run`, `var/lib` and `var/log`.
     pub host_root: &'a Path,
-    /// The kubelet's `--root-dir` (below `host_root`), made a shared mount.
-    pub kubelet_root: &'a Path,
-    /// A folder of the node's own for the sysctl masks.
+    /// A folder of the node's own for the sysctl masks (and, for a moment, the cgroup
+    /// tree while `/sys` is mounted anew).
     pub masks: &'a Path,
 }
 
@@ -64,19 +76,25 @@ impl MountNs {
             let d = mounts.host_root.join(dir);
             std::fs::create_dir_all(&d).map_err(Error::io("create", &d))?;
         }
-        std::fs::create_dir_all(mounts.kubelet_root)
-            .map_err(Error::io("create", mounts.kubelet_root))?;
+        let kubelet = mounts.host_root.join("var/lib/kubelet");
+        std::fs::create_dir_all(&kubelet).map_err(Error::io("create", &kubelet))?;
         std::fs::create_dir_all(mounts.masks).map_err(Error::io("create", mounts.masks))?;
         for (key, value) in KUBELET_SYSCTLS {
             let mask = mounts.masks.join(key.replace('/', "."));
             std::fs::write(&mask, format!("{value}\n")).map_err(Error::io("write", &mask))?;
         }
+        std::fs::create_dir_all(mounts.masks.join(CGROUP_HOLD))
+            .map_err(Error::io("create", mounts.masks))?;
         let ns = MountNs { file };
-        let arg = format!("--mount={}", ns.file.display());
+        let net = format!("--net=/run/netns/{}", mounts.netns);
+        let mnt = format!("--mount={}", ns.file.display());
         run(
-            "unshare",
+            "nsenter",
             &[
-                &arg,
+                &net,
+                "--",
+                "unshare",
+                &mnt,
                 "--propagation",
                 "private",
                 "sh",
@@ -104,9 +122,16 @@ impl Drop for MountNs {
 /// The shell run inside the new namespace.
 fn setup_script(m: &NodeMounts<'_>) -> String {
     let root = m.host_root.display();
-    let mut script = String::from(
-        // The copied mounts of other network and mount namespaces' files would keep those
-        // namespaces alive as long as this one: dropped.
+    let hold = m.masks.join(CGROUP_HOLD);
+    let hold = hold.display();
+    let mut script = format!(
+        // `/sys` as the host's network namespace shows it (its NICs in /sys/class/net, as
+        // `ip netns exec` mounts it), with the machine's cgroup tree moved over onto it.
+        "mount --rbind /sys/fs/cgroup {hold}\nmount -t sysfs sysfs /sys\nmount --move {hold} /sys/fs/cgroup\n"
+    );
+    // The copied mounts of other network and mount namespaces' files would keep those
+    // namespaces alive as long as this one: dropped.
+    script.push_str(
         "for m in $(awk '$3 == \"nsfs\" {print $2}' /proc/self/mounts); do umount -l \"$m\" || true; done\n",
     );
     for (key, _) in KUBELET_SYSCTLS {
@@ -119,9 +144,8 @@ fn setup_script(m: &NodeMounts<'_>) -> String {
     for dir in ["run", "var/lib", "var/log"] {
         script.push_str(&format!("mount --bind {root}/{dir} /{dir}\n"));
     }
-    let kubelet = m.kubelet_root.display();
     script.push_str(&format!(
-        "mount --bind {kubelet} {kubelet}\nmount --make-shared {kubelet}\n"
+        "mount --bind {KUBELET_ROOT} {KUBELET_ROOT}\nmount --make-shared {KUBELET_ROOT}\n"
     ));
     script
 }
@@ -176,15 +200,15 @@ mod tests {
     #[test]
     fn the_script_masks_every_kubelet_sysctl_and_binds_the_hosts_folders() {
         let s = setup_script(&NodeMounts {
+            netns: "hcs1-h0",
             host_root: Path::new("/tb/hosts/host-0"),
-            kubelet_root: Path::new("/tb/hosts/host-0/var/lib/kubelet"),
             masks: Path::new("/tb/nodes/host-0/sysctl"),
         });
         for (key, _) in KUBELET_SYSCTLS {
             assert!(s.contains(&format!("/proc/sys/{key}\n")), "{key} masked");
         }
         assert!(s.contains("mount --bind /tb/hosts/host-0/var/lib /var/lib\n"));
-        assert!(s.contains("mount --make-shared /tb/hosts/host-0/var/lib/kubelet\n"));
+        assert!(s.contains("mount --make-shared /var/lib/kubelet\n"));
         // The masks go on before anything that could start the kubelet.
         assert!(s.find("/proc/sys/").unwrap() < s.find("/var/lib /var/lib").unwrap());
     }

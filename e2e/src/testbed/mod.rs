@@ -580,7 +580,19 @@ impl Testbed {
         let socket = self.agent_socket(i);
         let weights = self.weights_dir(i);
         std::fs::create_dir_all(&weights).map_err(Error::io("create weights dir"))?;
-        let mut cmd = h.command(&binaries::find(binaries::AGENT)?.display().to_string());
+        let agent = binaries::find(binaries::AGENT)?;
+        // On a real node the agent sees the node as the chart's DaemonSet Pod does: its
+        // mount namespace, the kubelet's root at the one path every node has.
+        let (mut cmd, kubelet_root) = match (self.real_nodes.get(i), h.netns()) {
+            (Some(node), Some(netns)) => (
+                node.command(netns, &agent),
+                PathBuf::from(crate::realnode::mountns::KUBELET_ROOT),
+            ),
+            _ => (
+                h.command(&agent.display().to_string()),
+                launch::kubelet_root(&root),
+            ),
+        };
         let args = AgentArgs {
             cpu_devices: self.options.devices_per_host,
             metrics_addr: std::net::SocketAddr::from((h.mgmt_ip(), METRICS_PORT)),
@@ -591,7 +603,7 @@ impl Testbed {
             weights_gc_grace: Some(self.options.weights_gc_grace),
             // The tests' declared weight sources all lie below `<bed>/models`.
             weights_source_roots: vec![self.dir.join("models")],
-            kubelet_root: Some(launch::kubelet_root(&root)),
+            kubelet_root: Some(kubelet_root),
             // Workers are identified by their Pod cgroups when the process kubelet can make
             // them; otherwise they would all look like node processes, so say so instead.
             extra: match kubelet::pod_cgroups_available() {

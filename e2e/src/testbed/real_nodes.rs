@@ -11,7 +11,7 @@ use super::{Error, Result, Testbed, binaries, npus};
 use crate::controlplane::assets;
 use crate::realnode::ascend_plugin::{AscendPlugin, PluginSpec};
 use crate::realnode::image::ImageSpec;
-use crate::realnode::{self, NodeSpec, RealNode};
+use crate::realnode::{self, KubeProxy, NodeSpec, RealNode};
 
 /// The reference worker's image, as the examples name it.
 pub const WORKER_IMAGE: &str = "hcomm/example-worker:0.1.0";
@@ -51,6 +51,10 @@ impl Testbed {
         .write_archive(&worker)?;
         let archives = [realnode::pause::archive()?, worker];
         let kubelet = assets::kubelet().map_err(realnode::Error::from)?;
+        let kube_proxy = assets::kube_proxy().map_err(realnode::Error::from)?;
+        let proxy_kubeconfig = self.dir.join("nodes/kube-proxy.kubeconfig");
+        std::fs::create_dir_all(self.dir.join("nodes")).map_err(Error::io("create nodes dir"))?;
+        realnode::kube_proxy_kubeconfig(self.cp.kubeconfig_path(), &proxy_kubeconfig)?;
         for h in self.hosts.hosts() {
             let dir = self.dir.join("nodes").join(h.name());
             std::fs::create_dir_all(&dir).map_err(Error::io("create node dir"))?;
@@ -63,12 +67,18 @@ impl Testbed {
                 name: h.name(),
                 netns: h.netns().expect("namespace hosts (checked at start)"),
                 address: h.mgmt_ip(),
+                gateway: self.hosts.mgmt_gateway(),
                 host_root: &host_root,
                 dir: &dir,
                 unique: &unique,
                 pod_subnet: &subnet,
                 kubeconfig: &kubeconfig,
                 kubelet: &kubelet,
+                kube_proxy: Some(KubeProxy {
+                    binary: &kube_proxy,
+                    kubeconfig: &proxy_kubeconfig,
+                    cluster_cidr: pod_range,
+                }),
                 images: &archives,
             })?;
             self.real_nodes.push(node);
