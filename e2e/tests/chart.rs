@@ -127,12 +127,24 @@ fn cpu_mode_renders_without_npu_mounts_or_node_selector() -> Result<()> {
         "--health-interval-secs=10",
         "--socket=/run/hcomm/agent.sock",
         "--pod-sockets-dir=/run/hcomm/pods",
+        // Members request the group's NPU resource in cpu mode too; the agent cross-checks
+        // what the kubelet allocated (the real-node test found this mount missing).
+        "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock",
     ] {
         assert!(
             rendered.contains(flag),
             "{flag} missing from the agent args:\n{rendered}"
         );
     }
+    let agent = agent_container(&["--set", "agent.mode=cpu"])?;
+    assert!(
+        agent.mounts.iter().any(|(path, read_only, kind)| path
+            == "/var/lib/kubelet/pod-resources"
+            && *read_only
+            && kind == "DirectoryOrCreate"),
+        "the PodResources directory, read-only: {:?}",
+        agent.mounts
+    );
     assert!(
         pod["containers"][0]["image"]
             .as_str()

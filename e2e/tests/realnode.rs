@@ -31,8 +31,10 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 const SHELL_IMAGE: &str = "hcomm-testbed/shell:1";
 const NAMESPACE: &str = "default";
 
-type Scenario =
-    fn(&Testbed) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + '_>>;
+type Scenario = fn(
+    &mut Testbed,
+)
+    -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + '_>>;
 
 fn main() {
     let rt = Arc::new(
@@ -43,7 +45,7 @@ fn main() {
             .expect("runtime"),
     );
     let shared: Shared<Testbed> = Shared::default();
-    let scenarios: [(&str, Scenario); 2] = [
+    let scenarios: [(&str, Scenario); 3] = [
         (
             "the_agents_csi_driver_registers_with_a_real_kubelet_and_a_pod_mounts_its_volume",
             |bed| Box::pin(csi_driver_registers_and_a_pod_mounts_its_volume(bed)),
@@ -51,6 +53,11 @@ fn main() {
         (
             "members_on_real_nodes_get_npus_from_the_kubelet_and_their_workers_serve",
             |bed| Box::pin(members_get_npus_from_the_kubelet_and_serve(bed)),
+        ),
+        // Last: it replaces the testbed's agent and operator processes for good.
+        (
+            "the_charts_agent_daemonset_and_operator_run_in_containers_and_serve_a_group",
+            |bed| Box::pin(the_charts_workloads_run_in_containers(bed)),
         ),
     ];
     let tests = scenarios
@@ -97,7 +104,8 @@ async fn start() -> anyhow::Result<Testbed> {
     Ok(bed)
 }
 
-async fn csi_driver_registers_and_a_pod_mounts_its_volume(bed: &Testbed) -> anyhow::Result<()> {
+async fn csi_driver_registers_and_a_pod_mounts_its_volume(bed: &mut Testbed) -> anyhow::Result<()> {
+    let bed: &Testbed = bed;
     let client = bed.client().await?;
     let csinodes: Api<CSINode> = Api::all(client.clone());
     for node in bed.real_nodes() {
@@ -173,7 +181,8 @@ async fn csi_driver_registers_and_a_pod_mounts_its_volume(bed: &Testbed) -> anyh
     .await
 }
 
-async fn members_get_npus_from_the_kubelet_and_serve(bed: &Testbed) -> anyhow::Result<()> {
+async fn members_get_npus_from_the_kubelet_and_serve(bed: &mut Testbed) -> anyhow::Result<()> {
+    let bed: &Testbed = bed;
     let client = bed.client().await?;
     // The kubelet's device manager, not a status patch, advertises the NPUs.
     let nodes: Api<Node> = Api::all(client.clone());
@@ -193,55 +202,7 @@ async fn members_get_npus_from_the_kubelet_and_serve(bed: &Testbed) -> anyhow::R
         .await?;
     }
 
-    let group: HcommGroup = serde_json::from_value(serde_json::json!({
-        "apiVersion": <HcommGroup as kube::Resource>::api_version(&()),
-        "kind": <HcommGroup as kube::Resource>::kind(&()),
-        "metadata": {"name": "real", "namespace": NAMESPACE},
-        "spec": {
-            "replicas": 2,
-            "role": "decode",
-            "devicesPerMember": 1,
-            "comm": {"backend": "tcp", "socketIfname": "data", "connectTimeoutSeconds": 10},
-            "scaling": {"strategy": "Incremental", "drainTimeoutSeconds": 10},
-            "template": {
-                "metadata": {"annotations": {ANNOTATION_WORKER_READINESS: WORKER_READINESS_LOCAL_API}},
-                "spec": {
-                    // The worker's communicator binds the node's data address.
-                    "hostNetwork": true,
-                    "terminationGracePeriodSeconds": 15,
-                    "containers": [{
-                        "name": "worker",
-                        "image": WORKER_IMAGE,
-                        "imagePullPolicy": "Never",
-                        "command": ["hcomm-worker"],
-                        "args": ["--role", "decode", "--step-ms", "5"],
-                        "env": [
-                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                        ],
-                        "ports": [{"name": "http", "containerPort": 8080}],
-                    }],
-                },
-            },
-        },
-    }))?;
-    let groups: Api<HcommGroup> = Api::namespaced(client.clone(), NAMESPACE);
-    groups.create(&PostParams::default(), &group).await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let selector = ListParams::default().labels(&format!("{LABEL_GROUP}=real"));
-    let ready = wait_for_value(
-        Duration::from_secs(120),
-        "two member Pods Ready",
-        || async {
-            let list = pods.list(&selector).await?.items;
-            let ready: Vec<Pod> = list.into_iter().filter(pod_ready).collect();
-            Ok((ready.len() == 2).then_some(ready))
-        },
-    )
-    .await
-    .with_context(|| format!("logs: {}", bed.dir().join("logs").display()))?;
-
+    let ready = run_group(bed, "real").await?;
     for pod in &ready {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let node_name = pod
@@ -323,11 +284,183 @@ async fn members_get_npus_from_the_kubelet_and_serve(bed: &Testbed) -> anyhow::R
     );
     services.delete("real", &DeleteParams::default()).await?;
 
-    groups.delete("real", &DeleteParams::default()).await?;
+    delete_group(bed, "real").await
+}
+
+/// Deletes group `name` and waits until its members are gone.
+async fn delete_group(bed: &Testbed, name: &str) -> anyhow::Result<()> {
+    let client = bed.client().await?;
+    let groups: Api<HcommGroup> = Api::namespaced(client.clone(), NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
+    let selector = ListParams::default().labels(&format!("{LABEL_GROUP}={name}"));
+    groups.delete(name, &DeleteParams::default()).await?;
     wait_for(Duration::from_secs(60), "the members gone", || async {
         Ok(pods.list(&selector).await?.items.is_empty())
     })
     .await
+}
+
+/// The chart as users install it: the testbed's agent and operator processes stop, and
+/// `helm upgrade` runs the chart's agent DaemonSet and operator Deployment from images
+/// built here (the same binaries), in containers on the real nodes, reaching the API
+/// server through its Service's ClusterIP. Every chart Pod becomes Ready and a group's
+/// members, placed and published by them, serve.
+async fn the_charts_workloads_run_in_containers(bed: &mut Testbed) -> anyhow::Result<()> {
+    let version = chart_app_version()?;
+    let images = bed.dir().join("images");
+    let agent = ImageSpec::programs(
+        &format!("docker.io/hcomm/hcomm-agent:{version}"),
+        &[
+            (
+                binary(hcomm_e2e::testbed::binaries::AGENT)?,
+                "/usr/local/bin/hcomm-agent",
+            ),
+            (PathBuf::from("/usr/bin/ip"), "/usr/bin/ip"),
+            (PathBuf::from("/usr/bin/stat"), "/usr/bin/stat"),
+        ],
+    )?;
+    let operator = ImageSpec::programs(
+        &format!("docker.io/hcomm/hcomm-operator:{version}"),
+        &[(
+            binary(hcomm_e2e::testbed::binaries::OPERATOR)?,
+            "/usr/local/bin/hcomm-operator",
+        )],
+    )?;
+    for (spec, file) in [(agent, "agent.tar"), (operator, "operator.tar")] {
+        let archive = images.join(file);
+        spec.write_archive(&archive)?;
+        for node in bed.real_nodes() {
+            node.import(&archive)?;
+        }
+    }
+    for i in 0..bed.hosts().len() {
+        bed.kill_agent(i);
+    }
+    bed.kill_operator();
+    let cp = bed.control_plane();
+    let out = hcomm_e2e::chart::helm_command(&[
+        "upgrade",
+        "hcomm",
+        hcomm_e2e::chart::CHART,
+        "--namespace",
+        hcomm_e2e::chart::RELEASE_NAMESPACE,
+        "--set",
+        "agent.mode=cpu,agent.cpuDevices=2,agent.managementInterface=mgmt0,operator.replicas=1,image.pullPolicy=Never",
+        "--set-string",
+        "agent.socketIfname==data0",
+        "--timeout",
+        "120s",
+    ])?
+    .env("KUBECONFIG", cp.kubeconfig_path())
+    .output()?;
+    ensure!(
+        out.status.success(),
+        "helm upgrade: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let client = bed.client().await?;
+    let chart_pods: Api<Pod> = Api::namespaced(client.clone(), hcomm_e2e::chart::RELEASE_NAMESPACE);
+    let want = bed.real_nodes().len() + 1;
+    wait_for(
+        Duration::from_secs(120),
+        "every chart Pod Ready",
+        || async {
+            let list = chart_pods.list(&ListParams::default()).await?.items;
+            let ready = list.iter().filter(|p| pod_ready_plain(p)).count();
+            Ok(ready == want && list.len() == want)
+        },
+    )
+    .await
+    .with_context(|| format!("node logs: {}", bed.dir().join("nodes").display()))?;
+    let ready = run_group(bed, "chart").await?;
+    for pod in &ready {
+        let ip = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .context("a Pod IP")?;
+        generate(&format!("{ip}:8080")).await?;
+    }
+    delete_group(bed, "chart").await
+}
+
+/// The chart's `appVersion`, the images' tag.
+fn chart_app_version() -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(format!("{}/Chart.yaml", hcomm_e2e::chart::CHART))?;
+    let chart: serde_yaml::Value = serde_yaml::from_str(&text)?;
+    chart["appVersion"]
+        .as_str()
+        .map(str::to_owned)
+        .context("appVersion in Chart.yaml")
+}
+
+/// A workspace binary, built beside this test.
+fn binary(name: &str) -> anyhow::Result<PathBuf> {
+    Ok(hcomm_e2e::testbed::binaries::find(name)?)
+}
+
+/// Creates a two-member TCP group `name` of the reference worker on the host network
+/// (its communicator binds the node's data address) and waits for both members Ready.
+async fn run_group(bed: &Testbed, name: &str) -> anyhow::Result<Vec<Pod>> {
+    let client = bed.client().await?;
+    let group: HcommGroup = serde_json::from_value(serde_json::json!({
+        "apiVersion": <HcommGroup as kube::Resource>::api_version(&()),
+        "kind": <HcommGroup as kube::Resource>::kind(&()),
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "replicas": 2,
+            "role": "decode",
+            "devicesPerMember": 1,
+            "comm": {"backend": "tcp", "socketIfname": "data", "connectTimeoutSeconds": 10},
+            "scaling": {"strategy": "Incremental", "drainTimeoutSeconds": 10},
+            "template": {
+                "metadata": {"annotations": {ANNOTATION_WORKER_READINESS: WORKER_READINESS_LOCAL_API}},
+                "spec": {
+                    // The worker's communicator binds the node's data address.
+                    "hostNetwork": true,
+                    "terminationGracePeriodSeconds": 15,
+                    "containers": [{
+                        "name": "worker",
+                        "image": WORKER_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["hcomm-worker"],
+                        "args": ["--role", "decode", "--step-ms", "5"],
+                        "env": [
+                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                        ],
+                        "ports": [{"name": "http", "containerPort": 8080}],
+                    }],
+                },
+            },
+        },
+    }))?;
+    let groups: Api<HcommGroup> = Api::namespaced(client.clone(), NAMESPACE);
+    groups.create(&PostParams::default(), &group).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let selector = ListParams::default().labels(&format!("{LABEL_GROUP}={name}"));
+    let ready = wait_for_value(
+        Duration::from_secs(120),
+        "two member Pods Ready",
+        || async {
+            let list = pods.list(&selector).await?.items;
+            let ready: Vec<Pod> = list.into_iter().filter(pod_ready).collect();
+            Ok((ready.len() == 2).then_some(ready))
+        },
+    )
+    .await
+    .with_context(|| format!("logs: {}", bed.dir().join("logs").display()))?;
+
+    Ok(ready)
+}
+
+/// Ready, as the kubelet sets it.
+fn pod_ready_plain(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 fn pod_ready(pod: &Pod) -> bool {

@@ -227,23 +227,23 @@ impl RealNode {
 
     /// Imports an image archive into the node's containerd (the kubelet's namespace).
     pub fn import(&self, archive: &Path) -> Result<()> {
+        let archive = archive.to_str().unwrap_or_default();
+        self.ctr(&["--namespace", "k8s.io", "images", "import", archive])
+            .map(drop)
+    }
+
+    /// `ctr args…` against the node's containerd.
+    fn ctr(&self, args: &[&str]) -> Result<String> {
         let ns = format!("--mount={}", self.mount_ns.file().display());
-        run(
-            "nsenter",
-            &[
-                &ns,
-                "--",
-                "ctr",
-                "--address",
-                config::CONTAINERD_SOCKET,
-                "--namespace",
-                "k8s.io",
-                "images",
-                "import",
-                archive.to_str().unwrap_or_default(),
-            ],
-        )
-        .map(drop)
+        let mut argv = vec![
+            ns.as_str(),
+            "--",
+            "ctr",
+            "--address",
+            config::CONTAINERD_SOCKET,
+        ];
+        argv.extend_from_slice(args);
+        run("nsenter", &argv)
     }
 
     /// A command that runs `program` on the node: in the host's network namespace and the
@@ -352,19 +352,8 @@ impl RealNode {
 
     fn wait_runtime(&mut self) -> Result<()> {
         let deadline = Instant::now() + RUNTIME_DEADLINE;
-        let ns = format!("--mount={}", self.mount_ns.file().display());
         loop {
-            let up = run(
-                "nsenter",
-                &[
-                    &ns,
-                    "--",
-                    "ctr",
-                    "--address",
-                    config::CONTAINERD_SOCKET,
-                    "version",
-                ],
-            );
+            let up = self.ctr(&["version"]);
             if up.is_ok() {
                 return Ok(());
             }
