@@ -138,10 +138,11 @@ fn cpu_mode_renders_without_npu_mounts_or_node_selector() -> Result<()> {
     }
     let agent = agent_container(&["--set", "agent.mode=cpu"])?;
     assert!(
-        agent.mounts.iter().any(|(path, read_only, kind)| path
-            == "/var/lib/kubelet/pod-resources"
-            && *read_only
-            && kind == "DirectoryOrCreate"),
+        agent.mounts.iter().any(
+            |(path, read_only, kind)| path == "/var/lib/kubelet/pod-resources"
+                && *read_only
+                && kind == "DirectoryOrCreate"
+        ),
         "the PodResources directory, read-only: {:?}",
         agent.mounts
     );

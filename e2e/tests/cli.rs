@@ -183,7 +183,7 @@ fn building_the_kubernetes_binaries_reports_progress_while_it_runs() {
     for part in [
         "building kube (etcd, kube-apiserver",
         "started (log:",
-        "s elapsed, 5 packages compiled (last: k8s.io/kubernetes/cmd/kubectl)",
+        "s elapsed, 7 packages compiled (last: k8s.io/kubernetes/cmd/kube-proxy)",
         "finished in 1",
         "building kwok",
         "building keda (keda-operator, keda-adapter)",

@@ -7,6 +7,9 @@
 //! Before `hcomm_kubelet`'s gRPC servers took any `:authority`, the first scenario failed:
 //! the kubelet's plugin watcher sends the escaped socket path, the agent's server reset
 //! the stream, CSINode listed no driver and the Pod stayed in ContainerCreating.
+//!
+//! Size: three scenarios on one testbed, with the group, load, helm and wait helpers they
+//! share.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -231,7 +234,7 @@ async fn members_get_npus_from_the_kubelet_and_serve(bed: &mut Testbed) -> anyho
             .flat_map(|d| d.device_ids)
             .collect();
         ensure!(
-            allocated.len() == 1,
+            allocated.len() == 2,
             "{name}: the kubelet allocated {allocated:?}"
         );
         let annotation = pod
@@ -240,12 +243,13 @@ async fn members_get_npus_from_the_kubelet_and_serve(bed: &mut Testbed) -> anyho
             .as_ref()
             .and_then(|a| a.get(ANNOTATION_ASCEND_910_CONFIGURATION))
             .with_context(|| format!("{name}: the device plugin's annotation"))?;
-        let physical = allocated[0].rsplit('-').next().unwrap_or_default();
-        ensure!(
-            annotation.contains(&format!("\"device_id\":\"{physical}\"")),
-            "{name}: annotation {annotation} names the kubelet's device {}",
-            allocated[0]
-        );
+        for device in &allocated {
+            let physical = device.rsplit('-').next().unwrap_or_default();
+            ensure!(
+                annotation.contains(&format!("\"device_id\":\"{physical}\"")),
+                "{name}: annotation {annotation} names the kubelet's device {device}"
+            );
+        }
         // The worker, a container on the node's network, serves.
         let ip = pod
             .status
@@ -337,22 +341,22 @@ async fn the_charts_workloads_run_in_containers(bed: &mut Testbed) -> anyhow::Re
         bed.kill_agent(i);
     }
     bed.kill_operator();
-    let cp = bed.control_plane();
-    let out = hcomm_e2e::chart::helm_command(&[
-        "upgrade",
-        "hcomm",
-        hcomm_e2e::chart::CHART,
-        "--namespace",
-        hcomm_e2e::chart::RELEASE_NAMESPACE,
-        "--set",
-        "agent.mode=cpu,agent.cpuDevices=2,agent.managementInterface=mgmt0,operator.replicas=1,image.pullPolicy=Never",
-        "--set-string",
-        "agent.socketIfname==data0",
-        "--timeout",
-        "120s",
-    ])?
-    .env("KUBECONFIG", cp.kubeconfig_path())
-    .output()?;
+    let out = helm(
+        &[
+            "upgrade",
+            "hcomm",
+            hcomm_e2e::chart::CHART,
+            "--namespace",
+            hcomm_e2e::chart::RELEASE_NAMESPACE,
+            "--set",
+            "agent.mode=cpu,agent.cpuDevices=2,agent.managementInterface=mgmt0,operator.replicas=1,image.pullPolicy=Never",
+            "--set-string",
+            "agent.socketIfname==data0",
+            "--timeout",
+            "120s",
+        ],
+        cp_kubeconfig(bed),
+    )?;
     ensure!(
         out.status.success(),
         "helm upgrade: {}",
@@ -373,15 +377,30 @@ async fn the_charts_workloads_run_in_containers(bed: &mut Testbed) -> anyhow::Re
     .await
     .with_context(|| format!("node logs: {}", bed.dir().join("nodes").display()))?;
     let ready = run_group(bed, "chart").await?;
-    for pod in &ready {
-        let ip = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.pod_ip.clone())
-            .context("a Pod IP")?;
-        generate(&format!("{ip}:8080")).await?;
+    let addrs: Vec<String> = ready
+        .iter()
+        .map(|p| {
+            let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
+            ip.map(|ip| format!("{ip}:8080")).context("a Pod IP")
+        })
+        .collect::<anyhow::Result<_>>()?;
+    for addr in &addrs {
+        generate(addr).await?;
     }
+
     delete_group(bed, "chart").await
+}
+
+/// The admin kubeconfig of the testbed's control plane.
+fn cp_kubeconfig(bed: &Testbed) -> PathBuf {
+    bed.control_plane().kubeconfig_path().to_path_buf()
+}
+
+/// `helm args…` against the testbed's control plane.
+fn helm(args: &[&str], kubeconfig: PathBuf) -> anyhow::Result<std::process::Output> {
+    Ok(hcomm_e2e::chart::helm_command(args)?
+        .env("KUBECONFIG", kubeconfig)
+        .output()?)
 }
 
 /// The chart's `appVersion`, the images' tag.
@@ -410,7 +429,10 @@ async fn run_group(bed: &Testbed, name: &str) -> anyhow::Result<Vec<Pod>> {
         "spec": {
             "replicas": 2,
             "role": "decode",
-            "devicesPerMember": 1,
+            // A whole node per member: on the host network two members of one node would
+            // both bind port 8080, and the operator does not place by host ports (it chose
+            // one node for both when each took one NPU; issue 43, point 6).
+            "devicesPerMember": 2,
             "comm": {"backend": "tcp", "socketIfname": "data", "connectTimeoutSeconds": 10},
             "scaling": {"strategy": "Incremental", "drainTimeoutSeconds": 10},
             "template": {
