@@ -139,9 +139,9 @@ fn cpu_mode_renders_without_npu_mounts_or_node_selector() -> Result<()> {
     let agent = agent_container(&["--set", "agent.mode=cpu"])?;
     assert!(
         agent.mounts.iter().any(
-            |(path, read_only, kind)| path == "/var/lib/kubelet/pod-resources"
+            |(path, read_only, host)| path == "/var/lib/kubelet/pod-resources"
                 && *read_only
-                && kind == "DirectoryOrCreate"
+                && host == "/var/lib/kubelet/pod-resources"
         ),
         "the PodResources directory, read-only: {:?}",
         agent.mounts
