@@ -1,6 +1,11 @@
 //! [`Nodes::Kubelet`](super::Nodes::Kubelet): a real node on every host
 //! ([`crate::realnode`]) with the images its Pods run and the Ascend device plugin on the
 //! hosts' NPUs, in place of kwok Nodes and the process kubelet.
+//!
+//! The testbed still runs the agents and the operator as processes (entering each node's
+//! namespaces), so tests can kill, roll and read them; the chart's own agent DaemonSet
+//! Pods wait in ErrImagePull until a test imports the agent image and upgrades the
+//! release to run them (`e2e/tests/realnode.rs`, the chart scenario).
 
 use std::time::Duration;
 
