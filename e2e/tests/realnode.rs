@@ -33,6 +33,8 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 /// A shell image for the plain Pods of these tests: `/bin/sh` and `sleep`.
 const SHELL_IMAGE: &str = "hcomm-testbed/shell:1";
 const NAMESPACE: &str = "default";
+/// The longest one scenario may take (each wait inside has its own, shorter deadline).
+const SCENARIO_DEADLINE: Duration = Duration::from_secs(600);
 
 type Scenario = fn(
     &mut Testbed,
@@ -71,7 +73,15 @@ fn main() {
                 shared.with(
                     || rt.block_on(start()),
                     |bed| rt.block_on(bed.stop()),
-                    |bed| rt.block_on(scenario(bed)),
+                    |bed| {
+                        rt.block_on(async {
+                            tokio::time::timeout(SCENARIO_DEADLINE, scenario(bed))
+                                .await
+                                .map_err(|_| {
+                                    anyhow::anyhow!("not done within {SCENARIO_DEADLINE:?}")
+                                })?
+                        })
+                    },
                 )
             })
         })
