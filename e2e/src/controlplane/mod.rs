@@ -57,6 +57,7 @@ pub use error::{Error, Result};
 pub(crate) use health::http_get;
 pub use kubeconfig::CONTEXT;
 pub use process::is_alive;
+pub(crate) use process::log_tail;
 /// The Services' ClusterIP range every control plane here serves.
 pub use start::SERVICE_CIDR;
 pub(crate) use start::free_ports;

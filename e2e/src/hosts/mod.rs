@@ -54,6 +54,7 @@ pub use links::{Link, LinkState};
 pub use naming::{MAX_HOSTS, MAX_NPUS, ROOT_PREFIX, SubnetIndex, Subnets};
 pub use npu::NpuDevice;
 pub use process::HostProcess;
+pub(crate) use process::stop_child;
 pub use shaping::Shaping;
 
 use naming::{AllocLock, FIRST_HOST, Names, in_subnet};

@@ -40,7 +40,7 @@ impl HostProcess {
         let Some(child) = self.child.take() else {
             return true;
         };
-        crate::testbed::stop_child(child, grace)
+        stop_child(child, grace)
     }
 
     /// Gives up the guard: the caller now owns the process and its lifetime.
@@ -56,4 +56,24 @@ impl Drop for HostProcess {
             let _ = child.wait();
         }
     }
+}
+
+/// SIGTERM, up to `grace` for the exit, then SIGKILL (`kill` the command: the workspace
+/// forbids `unsafe`, so no libc). Returns whether it exited on its own.
+pub(crate) fn stop_child(mut child: Child, grace: std::time::Duration) -> bool {
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    let deadline = std::time::Instant::now() + grace;
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    false
 }

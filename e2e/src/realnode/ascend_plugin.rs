@@ -80,7 +80,7 @@ impl DevicePlugin for Ascend {
 
 /// A running plugin and its annotation loop; both stop on drop.
 pub struct AscendPlugin {
-    server: Option<DevicePluginServer>,
+    _server: DevicePluginServer,
     annotating: JoinHandle<()>,
 }
 
@@ -132,25 +132,9 @@ impl AscendPlugin {
         }
         let annotating = tokio::spawn(annotate_forever(spec, client));
         Ok(AscendPlugin {
-            server: Some(server),
+            _server: server,
             annotating,
         })
-    }
-
-    /// Marks a device unhealthy (or healthy again); the kubelet takes it out of (or back
-    /// into) the Node's allocatable.
-    pub fn set_health(&self, physical_id: u32, resource: &str, healthy: bool) {
-        if let Some(s) = &self.server {
-            s.set_health(&kubelet_device_id(resource, physical_id), healthy);
-        }
-    }
-
-    /// Stops annotating and serving.
-    pub async fn stop(mut self) {
-        self.annotating.abort();
-        if let Some(s) = self.server.take() {
-            s.shutdown(Duration::from_secs(2)).await;
-        }
     }
 }
 

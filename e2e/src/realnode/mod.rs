@@ -215,11 +215,6 @@ impl RealNode {
         self.dir.join("kubelet.log")
     }
 
-    /// The node's Pod subnet.
-    pub fn pod_subnet(&self) -> &str {
-        &self.pod_subnet
-    }
-
     /// The host's management address, the next hop to the node's Pods.
     pub fn address(&self) -> Ipv4Addr {
         self.address
@@ -366,61 +361,30 @@ impl RealNode {
                 return Err(Error::NotUp {
                     what: format!("containerd on {} ({exited:?})", self.name),
                     after: RUNTIME_DEADLINE,
-                    tail: tail(&log),
+                    tail: crate::controlplane::log_tail(&log),
                     log,
                 });
             }
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+}
 
-    /// Stops the kubelet and containerd (SIGTERM, then SIGKILL after [`STOP_GRACE`]) and
-    /// kills every container left.
-    pub fn stop(mut self) {
-        self.stop_processes();
-    }
-
-    fn stop_processes(&mut self) {
+impl Drop for RealNode {
+    /// Stops kube-proxy, the kubelet and containerd (SIGTERM, then SIGKILL after
+    /// [`STOP_GRACE`]), kills every container left, and drops the node's Pod route.
+    fn drop(&mut self) {
         let children = [
             self.kube_proxy.take(),
             self.kubelet.take(),
             self.containerd.take(),
         ];
         for child in children.into_iter().flatten() {
-            stop(child);
+            crate::hosts::stop_child(child, STOP_GRACE);
         }
         self.cgroup.kill_all();
-    }
-}
-
-impl Drop for RealNode {
-    fn drop(&mut self) {
-        self.stop_processes();
         let _ = run("ip", &["route", "del", &self.pod_subnet]);
     }
-}
-
-/// SIGTERM, [`STOP_GRACE`] to exit, then SIGKILL; reaped either way.
-fn stop(mut child: Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let deadline = Instant::now() + STOP_GRACE;
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-/// The last lines of a log, for error messages.
-fn tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
 /// Waits until Node `name` is Ready (its kubelet registered it and its runtime and
@@ -450,7 +414,7 @@ pub async fn wait_ready(client: kube::Client, node: &RealNode, within: Duration)
             return Err(Error::NotUp {
                 what: format!("Node {} Ready", node.name()),
                 after: within,
-                tail: tail(&log),
+                tail: crate::controlplane::log_tail(&log),
                 log,
             });
         }

@@ -58,6 +58,7 @@ pub use timeline::{MemberMarks, Timeline};
 use crate::chart;
 use crate::controlplane::ControlPlane;
 use crate::hosts::hccn_sim::root::AscendRoot;
+pub(crate) use crate::hosts::stop_child;
 use crate::hosts::{HostProcess, Shaping, SimHosts, SimHostsOptions};
 
 /// How to build a [`Testbed`].
@@ -673,24 +674,4 @@ impl Drop for Testbed {
 fn log_filter() -> String {
     std::env::var("HCOMM_TESTBED_LOG")
         .unwrap_or_else(|_| "info,kube=warn,kube_client=warn,hyper=warn,tower=warn".to_owned())
-}
-
-/// SIGTERM, up to `grace` for the exit, then SIGKILL (`kill` the command: the workspace
-/// forbids `unsafe`, so no libc). Returns whether it exited on its own.
-pub(crate) fn stop_child(mut child: Child, grace: Duration) -> bool {
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    let deadline = std::time::Instant::now() + grace;
-    while std::time::Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    false
 }

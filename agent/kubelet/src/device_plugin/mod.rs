@@ -55,14 +55,14 @@ pub enum RegisterError {
     },
 }
 
-/// A running plugin; its socket is removed when it stops.
+/// A running plugin; it stops, and its socket goes, when it drops.
 pub struct DevicePluginServer {
     dir: PathBuf,
     socket_name: String,
     resource: String,
-    /// The only sender: ListAndWatch streams end when it drops.
-    devices: Option<watch::Sender<Vec<Device>>>,
-    serving: Option<Serving>,
+    /// Kept while the plugin runs: ListAndWatch streams its devices until it drops.
+    _devices: watch::Sender<Vec<Device>>,
+    _serving: Serving,
 }
 
 impl std::fmt::Debug for DevicePluginServer {
@@ -102,8 +102,8 @@ pub async fn serve_device_plugin(
         dir: dir.to_path_buf(),
         socket_name: socket_name.to_owned(),
         resource: resource.to_owned(),
-        devices: Some(devices),
-        serving: Some(serving),
+        _devices: devices,
+        _serving: serving,
     })
 }
 
@@ -133,37 +133,6 @@ impl DevicePluginServer {
             Err(Failure::Status(status)) => {
                 Err(failed(format!("{:?}: {}", status.code(), status.message())))
             }
-        }
-    }
-
-    /// Marks device `id` healthy or not; the kubelet hears it on ListAndWatch at once.
-    pub fn set_health(&self, id: &str, healthy: bool) {
-        if let Some(sender) = &self.devices {
-            sender.send_modify(|devices| {
-                for d in devices.iter_mut().filter(|d| d.id == id) {
-                    d.health = if healthy {
-                        proto::HEALTHY
-                    } else {
-                        proto::UNHEALTHY
-                    }
-                    .to_owned();
-                }
-            });
-        }
-    }
-
-    /// The plugin's socket.
-    pub fn socket(&self) -> PathBuf {
-        self.dir.join(&self.socket_name)
-    }
-
-    /// Ends every ListAndWatch stream, stops serving and removes the socket.
-    pub async fn shutdown(mut self, grace: Duration) {
-        // The streams end with the devices' sender, so the open ListAndWatch calls
-        // finish before the grace runs out.
-        self.devices.take();
-        if let Some(serving) = self.serving.take() {
-            serving.shutdown(grace).await;
         }
     }
 }
